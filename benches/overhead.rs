@@ -1,0 +1,211 @@
+//! Framework overhead benchmark: 4-turn tool-calling rollouts (3 tool turns + an answer)
+//! against the in-process scripted server with zero model latency, at concurrency 1, 16 and
+//! 128. Prints rollouts/s, CPU time per rollout and per LLM turn, and resident memory, next to
+//! a baseline measured in the same run: the same number of bare HTTP chat calls with reqwest.
+//!
+//! Run: `cargo bench --bench overhead` (add `-- --quick` for a short run).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use hermes_env::llm::{LlmClient, RetryPolicy, Split};
+use hermes_env::modes::{run_rollout, Runtime};
+use hermes_env::prelude::*;
+use hermes_env::sandbox::LocalProvider;
+use hermes_env::testing::{Reply, ScriptedServer};
+use hermes_env::tools::ToolRegistry;
+use serde_json::Value;
+
+/// LLM turns per rollout.
+const TURNS: usize = 4;
+
+#[derive(Debug, Clone, Serialize)]
+struct Item {
+    id: usize,
+}
+
+/// A minimal environment whose reward reads back the file the agent wrote.
+#[hermes_env(name = "overhead-bench", toolsets = ["file"], max_agent_turns = 8, main = false)]
+struct Bench {
+    next: usize,
+}
+
+#[hermes_env::hooks]
+impl Bench {
+    async fn get_next_item(&mut self) -> Option<Item> {
+        self.next += 1;
+        Some(Item { id: self.next })
+    }
+
+    fn format_prompt(&self, item: &Item) -> String {
+        format!("Task {}: write, read and rewrite notes.txt", item.id)
+    }
+
+    async fn compute_reward(
+        &self,
+        _item: &Item,
+        _run: &AgentResult,
+        ctx: &ToolContext,
+    ) -> Result<f64> {
+        Ok(if ctx.read_file("notes.txt").await? == "second" {
+            1.0
+        } else {
+            0.0
+        })
+    }
+}
+
+/// Answers by turn index: write, read, rewrite, then a final answer.
+fn policy(request: &Value) -> Reply {
+    let turn = request["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    match turn {
+        0 => Reply::tool(
+            "write_file",
+            json!({"path": "notes.txt", "content": "first"}),
+        ),
+        1 => Reply::tool("read_file", json!({"path": "notes.txt"})),
+        2 => Reply::tool(
+            "write_file",
+            json!({"path": "notes.txt", "content": "second"}),
+        ),
+        _ => Reply::text("done"),
+    }
+}
+
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn rss_mb() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0.0);
+    pages * 4096.0 / (1024.0 * 1024.0)
+}
+
+struct Measure {
+    wall: Duration,
+    cpu: Duration,
+}
+
+async fn measure<F: std::future::Future<Output = ()>>(f: F) -> Measure {
+    let (w, c) = (Instant::now(), cpu_time());
+    f.await;
+    Measure {
+        wall: w.elapsed(),
+        cpu: cpu_time() - c,
+    }
+}
+
+async fn bare_http(url: &str, calls: usize, concurrency: usize) {
+    let http = reqwest::Client::new();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 1, "temperature": 1.0});
+    futures::stream::iter(0..calls)
+        .map(|_| {
+            let (http, body) = (&http, &body);
+            async move {
+                let r = http
+                    .post(url)
+                    .json(body)
+                    .send()
+                    .await
+                    .expect("baseline request");
+                let _: Value = r.json().await.expect("baseline body");
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let server = ScriptedServer::start_with(policy, false).await?;
+    let servers = [hermes_env::config::ApiServerConfig {
+        base_url: Some(server.base_url()),
+        ..Default::default()
+    }];
+    let config = Arc::new(hermes_env::config::HermesEnvConfig {
+        max_agent_turns: 8,
+        ..Default::default()
+    });
+    let rt = Runtime {
+        config: Arc::clone(&config),
+        llm: LlmClient::new(&servers, 8, RetryPolicy::default())?,
+        sandboxes: Arc::new(LocalProvider::new()?),
+        tools: Arc::new(
+            ToolRegistry::builtin()
+                .resolve(Some(&["file".into()]), None)
+                .map_err(anyhow::Error::msg)?
+                .0,
+        ),
+        tool_permits: tokio::sync::Semaphore::new(128),
+        references: None,
+    };
+    let env = <Bench as hermes_env::EnvDefinition>::from_config(config, Default::default());
+    let url = format!("{}/chat/completions", server.base_url());
+    println!("framework overhead: {TURNS}-turn tool-calling rollouts, scripted server, zero model latency");
+    println!(
+        "machine: {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:>11} {:>9} {:>12} {:>14} {:>13} {:>16} {:>9} {:>8}",
+        "concurrency",
+        "rollouts",
+        "rollouts/s",
+        "cpu ms/rollout",
+        "cpu ms/turn",
+        "baseline ms/call",
+        "ratio",
+        "rss MB"
+    );
+    for concurrency in [1usize, 16, 128] {
+        let rollouts = if quick {
+            concurrency.max(16)
+        } else {
+            (concurrency * 8).max(128)
+        };
+        let item = Arc::new(Item { id: 0 });
+        let mut peak = rss_mb();
+        let run = measure(async {
+            let results: Vec<_> = futures::stream::iter(0..rollouts)
+                .map(|_| run_rollout(&env, &rt, &item, Split::Train))
+                .buffer_unordered(concurrency)
+                .collect()
+                .await;
+            assert!(results
+                .iter()
+                .all(|r| r.reward == 1.0 && r.run.turns_used as usize == TURNS));
+            peak = peak.max(rss_mb());
+        })
+        .await;
+        let calls = rollouts * TURNS;
+        let base = measure(bare_http(&url, calls, concurrency)).await;
+        let turn_ms = run.cpu.as_secs_f64() * 1e3 / calls as f64;
+        let base_ms = base.cpu.as_secs_f64() * 1e3 / calls as f64;
+        println!(
+            "{concurrency:>11} {rollouts:>9} {:>12.1} {:>14.3} {turn_ms:>13.3} {base_ms:>16.3} {:>8.2}x {peak:>8.1}",
+            rollouts as f64 / run.wall.as_secs_f64(),
+            run.cpu.as_secs_f64() * 1e3 / rollouts as f64,
+            turn_ms / base_ms.max(1e-9),
+        );
+    }
+    println!("cpu = user+system time of this process, including the in-process scripted server;");
+    println!("baseline = one bare reqwest chat call per turn to the same server; ratio = framework/baseline cpu per turn");
+    Ok(())
+}

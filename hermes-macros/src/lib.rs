@@ -1,0 +1,54 @@
+//! The attribute macros of hermes-env: `#[hermes_env]` turns one annotated struct into an
+//! environment (config section, CLI descriptor, `main`), and `#[hermes_env::hooks]` turns an
+//! inherent impl block of hook fns into its `Environment` impl. Both check their input and
+//! report every problem at once, each at its own span.
+//!
+//! Use them through the `hermes_env` crate, which re-exports both.
+
+mod attr;
+mod errors;
+mod expand;
+mod model;
+mod suggest;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Turns a struct with named fields into an environment.
+///
+/// ```text
+/// /// Terminal tasks verified by reading a file.
+/// #[hermes_env(name = "terminal-test", toolsets = ["terminal", "file"], max_agent_turns = 10)]
+/// pub struct TerminalTest {
+///     /// Appended to prompts.
+///     #[config(default = "")]
+///     prompt_suffix: String,
+///     next: usize,
+/// }
+/// ```
+///
+/// Keys: `name = "…"` (default: the struct name in kebab-case), `main = false` (do not
+/// generate `fn main`), `toolsets = ["…", …]` (the shared `enabled_toolsets`) and any shared
+/// env field (`group_size = 3`, `system_prompt = "…"`, …) as its default.
+///
+/// `#[config]` fields become `--env.<field>` flags of the generated `<Name>Config` section,
+/// with their doc comment as help text and `#[config(default = …)]` (else `Default`) as
+/// default. Other fields are state, starting at `Default`. The struct doc is the CLI
+/// description; `self.env_config()` returns the run's shared config.
+#[proc_macro_attribute]
+pub fn hermes_env(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::hermes_env(args.into(), item.into()).into()
+}
+
+/// Implements `Environment` from an inherent impl block of hook fns, checking their names and
+/// signatures.
+///
+/// Required: `async fn get_next_item(&mut self) -> Option<Item>`,
+/// `fn format_prompt(&self, item: &Item) -> String` and
+/// `async fn compute_reward(&self, item: &Item, run: &AgentResult, ctx: &ToolContext) -> Result<f64>`.
+/// Optional: `setup`, `eval_items`, `evaluate`, `wandb_log`, `reference_solution`. The block
+/// may contain nothing else; helpers belong in a separate impl block.
+#[proc_macro_attribute]
+pub fn hooks(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::hooks(args.into(), item.into()).into()
+}

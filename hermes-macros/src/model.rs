@@ -1,0 +1,271 @@
+//! The checked models the expanders work from, and the tables they are checked against.
+
+use syn::{Attribute, Expr, Ident, Item, ItemImpl, ItemStruct, LitStr, Signature, Type};
+
+/// The shared env fields (`HermesEnvConfig`) settable as `#[hermes_env(field = value)]`.
+pub const SHARED_FIELDS: &[&str] = &[
+    "group_size",
+    "max_num_workers",
+    "max_eval_workers",
+    "max_num_workers_per_node",
+    "steps_per_eval",
+    "max_token_length",
+    "eval_handling",
+    "eval_limit_ratio",
+    "inference_weight",
+    "batch_size",
+    "max_batches_offpolicy",
+    "tokenizer_name",
+    "use_wandb",
+    "rollout_server_url",
+    "total_steps",
+    "wandb_name",
+    "num_rollouts_to_keep",
+    "num_rollouts_per_group_for_logging",
+    "ensure_scores_are_not_same",
+    "data_path_to_save_groups",
+    "data_dir_to_save_evals",
+    "min_items_sent_before_logging",
+    "include_messages",
+    "min_batch_allocation",
+    "worker_timeout",
+    "thinking_mode",
+    "reasoning_effort",
+    "max_reasoning_tokens",
+    "custom_thinking_prompt",
+    "enabled_toolsets",
+    "disabled_toolsets",
+    "distribution",
+    "max_agent_turns",
+    "system_prompt",
+    "agent_temperature",
+    "terminal_backend",
+    "terminal_timeout",
+    "terminal_lifetime",
+    "dataset_name",
+    "dataset_split",
+    "prompt_field",
+    "tool_pool_size",
+    "tool_call_parser",
+    "extra_body",
+    "default_result_size_chars",
+    "turn_budget_chars",
+    "preview_size_chars",
+    "tool_result_overrides",
+    "eval_size",
+];
+
+/// A checked `#[hermes_env]` struct.
+pub struct Env {
+    /// The struct as written, `#[config]` attributes removed.
+    pub item: ItemStruct,
+    /// The environment's name.
+    pub name: LitStr,
+    /// The struct's doc comment, one line.
+    pub about: String,
+    /// Whether to generate `fn main`.
+    pub main: bool,
+    /// Shared-field defaults from the attribute, in order.
+    pub shared: Vec<SharedDefault>,
+    /// The struct's fields, in order.
+    pub fields: Vec<EnvField>,
+}
+
+/// `field = value` for a shared env field.
+pub struct SharedDefault {
+    /// The `HermesEnvConfig` field, spanned at the attribute key.
+    pub field: Ident,
+    /// The value.
+    pub value: Expr,
+}
+
+/// One field of the struct.
+pub struct EnvField {
+    /// The field's name.
+    pub ident: Ident,
+    /// The field's type.
+    pub ty: Type,
+    /// `Some` for a `#[config]` field, `None` for a plain state field.
+    pub config: Option<ConfigField>,
+}
+
+/// What `#[config]` declares about a field.
+pub struct ConfigField {
+    /// `default = …`, if given.
+    pub default: Option<Expr>,
+    /// The field's doc attributes, copied to the config struct.
+    pub docs: Vec<Attribute>,
+    /// The doc comment as one line of `--help` text.
+    pub help: String,
+}
+
+/// A `#[hermes_env]` input with errors, and what error recovery can still emit.
+pub struct RejectedEnv {
+    /// All errors.
+    pub errors: syn::Error,
+    /// The item, `#[config]` attributes removed.
+    pub item: Item,
+    /// The type's name, if it can carry stand-in impls (a non-generic struct or enum).
+    pub ident: Option<Ident>,
+    /// Whether `fn main` would have been generated.
+    pub main: bool,
+}
+
+/// A checked `#[hermes_env::hooks]` block.
+pub struct Hooks {
+    /// The impl block, unchanged.
+    pub item: ItemImpl,
+    /// `type Item`, from `get_next_item`'s `Option<T>`.
+    pub item_ty: Type,
+    /// The hooks defined, with their signatures (for spans).
+    pub defined: Vec<(Hook, Signature)>,
+}
+
+/// A `#[hermes_env::hooks]` input with errors, and what error recovery can still emit.
+pub struct RejectedHooks {
+    /// All errors.
+    pub errors: syn::Error,
+    /// The item, unchanged.
+    pub item: Item,
+    /// The environment type, if it can carry a stand-in `Environment` impl.
+    pub self_ty: Option<Type>,
+    /// `type Item`, if `get_next_item` was well-formed.
+    pub item_ty: Option<Type>,
+}
+
+/// The hooks of `Environment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// `setup`.
+    Setup,
+    /// `get_next_item`.
+    GetNextItem,
+    /// `format_prompt`.
+    FormatPrompt,
+    /// `compute_reward`.
+    ComputeReward,
+    /// `eval_items`.
+    EvalItems,
+    /// `evaluate`.
+    Evaluate,
+    /// `wandb_log`.
+    WandbLog,
+    /// `reference_solution`.
+    ReferenceSolution,
+}
+
+/// The signature a hook must have, as far as the macro checks it.
+pub struct HookSpec {
+    /// The hook.
+    pub hook: Hook,
+    /// The fn name.
+    pub name: &'static str,
+    /// Whether the hook must be defined.
+    pub required: bool,
+    /// `async fn`.
+    pub is_async: bool,
+    /// `&mut self` rather than `&self`.
+    pub mut_self: bool,
+    /// Arguments after `self`.
+    pub args: usize,
+    /// Whether it returns a value.
+    pub returns: bool,
+    /// The full expected signature, for messages.
+    pub shape: &'static str,
+}
+
+/// Every hook, in trait (and `Hook` discriminant) order.
+pub const HOOKS: [HookSpec; 8] = [
+    HookSpec {
+        hook: Hook::Setup,
+        name: "setup",
+        required: false,
+        is_async: true,
+        mut_self: true,
+        args: 0,
+        returns: true,
+        shape: "async fn setup(&mut self) -> Result<()>",
+    },
+    HookSpec {
+        hook: Hook::GetNextItem,
+        name: "get_next_item",
+        required: true,
+        is_async: true,
+        mut_self: true,
+        args: 0,
+        returns: true,
+        shape: "async fn get_next_item(&mut self) -> Option<Item>",
+    },
+    HookSpec {
+        hook: Hook::FormatPrompt,
+        name: "format_prompt",
+        required: true,
+        is_async: false,
+        mut_self: false,
+        args: 1,
+        returns: true,
+        shape: "fn format_prompt(&self, item: &Item) -> String",
+    },
+    HookSpec {
+        hook: Hook::ComputeReward,
+        name: "compute_reward",
+        required: true,
+        is_async: true,
+        mut_self: false,
+        args: 3,
+        returns: true,
+        shape: "async fn compute_reward(&self, item: &Item, run: &AgentResult, ctx: &ToolContext) -> Result<f64>",
+    },
+    HookSpec {
+        hook: Hook::EvalItems,
+        name: "eval_items",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 0,
+        returns: true,
+        shape: "fn eval_items(&self) -> Vec<Item>",
+    },
+    HookSpec {
+        hook: Hook::Evaluate,
+        name: "evaluate",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 2,
+        returns: false,
+        shape: "fn evaluate(&self, samples: &[EvalSample<Item>], metrics: &mut Metrics)",
+    },
+    HookSpec {
+        hook: Hook::WandbLog,
+        name: "wandb_log",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 2,
+        returns: false,
+        shape: "fn wandb_log(&self, rollouts: &[ScoredRollout<Item>], metrics: &mut Metrics)",
+    },
+    HookSpec {
+        hook: Hook::ReferenceSolution,
+        name: "reference_solution",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 1,
+        returns: true,
+        shape: "fn reference_solution(&self, item: &Item) -> Option<ReferenceSolution>",
+    },
+];
+
+impl Hook {
+    /// The hook's expected signature.
+    pub fn spec(self) -> &'static HookSpec {
+        &HOOKS[self as usize]
+    }
+
+    /// The hook called `name`, if any.
+    pub fn named(name: &str) -> Option<Hook> {
+        HOOKS.iter().find(|s| s.name == name).map(|s| s.hook)
+    }
+}

@@ -1,0 +1,82 @@
+//! What one agent-loop run produced.
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Message;
+
+/// The outcome of one multi-turn rollout (Hermes `AgentResult`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentResult {
+    /// The whole conversation, prompt included.
+    pub messages: Vec<Message>,
+    /// Phase 2 managed-server state (token ids, masks, logprobs), when available.
+    pub managed_state: Option<serde_json::Value>,
+    /// Number of LLM calls made.
+    pub turns_used: u32,
+    /// True iff the model ended with a message without tool calls.
+    pub finished_naturally: bool,
+    /// Reasoning text per successful LLM response.
+    pub reasoning_per_turn: Vec<Option<String>>,
+    /// Tool failures seen during the run.
+    pub tool_errors: Vec<ToolError>,
+    /// Why the run ended early, when an LLM call failed.
+    pub llm_error: Option<String>,
+}
+
+/// One failed tool call, for telemetry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolError {
+    /// 1-based turn.
+    pub turn: u32,
+    /// The tool the model called.
+    pub tool_name: String,
+    /// Raw arguments, first 200 characters.
+    pub arguments: String,
+    /// What went wrong.
+    pub error: String,
+    /// What the model saw, first 500 characters.
+    pub tool_result: String,
+}
+
+impl AgentResult {
+    /// The content of the last assistant message that has content.
+    pub fn final_response(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "assistant" && !m.content.is_empty())
+            .map(|m| m.content.as_str())
+    }
+
+    /// Every tool call the model made, in order, as (name, raw arguments).
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.messages
+            .iter()
+            .filter_map(|m| m.tool_calls.as_ref())
+            .flatten()
+            .map(|c| (c.function.name.as_str(), c.function.arguments.as_str()))
+    }
+
+    /// True when the transcript holds nothing beyond the system and user prompt.
+    pub fn has_no_agent_output(&self) -> bool {
+        self.turns_used == 0
+            || self
+                .messages
+                .iter()
+                .all(|m| m.role == "system" || m.role == "user")
+    }
+}
+
+/// First `n` characters of `s` (never splits a character).
+pub fn clip(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// The message of a caught panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}

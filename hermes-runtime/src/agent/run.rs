@@ -1,0 +1,269 @@
+//! The multi-turn tool-calling loop with Hermes semantics: call the model, run the requested
+//! tools sequentially in the rollout's sandbox, feed results back, stop on a plain answer,
+//! an LLM failure or the turn limit.
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use serde_json::{json, Map, Value};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn, Instrument};
+
+use super::result::{clip, panic_message, AgentResult, ToolError};
+use crate::atropos::json::to_python_string;
+use crate::llm::{new_call_id, ChatRequest, LlmClient, Message, Split, ToolCall};
+use crate::sandbox::TaskSandbox;
+use crate::tools::{unknown_tool_message, ToolCallContext, ToolSet};
+
+/// A tool call slower than this is logged.
+const SLOW_TOOL: Duration = Duration::from_secs(30);
+
+/// Per-rollout loop settings.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Maximum LLM calls.
+    pub max_turns: u32,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Completion token limit per turn.
+    pub max_tokens: Option<u32>,
+    /// Extra request-body keys.
+    pub extra_body: Map<String, Value>,
+    /// Train or eval concurrency limits.
+    pub split: Split,
+    /// Default terminal timeout.
+    pub terminal_timeout: Duration,
+}
+
+/// Everything one rollout's loop needs.
+pub struct AgentLoop<'a> {
+    /// The inference client.
+    pub llm: &'a LlmClient,
+    /// The tools offered.
+    pub tools: &'a ToolSet,
+    /// The rollout's sandbox.
+    pub sandbox: &'a TaskSandbox,
+    /// Bounds concurrent tool executions across rollouts (`tool_pool_size`).
+    pub tool_permits: &'a Semaphore,
+    /// Loop settings.
+    pub settings: &'a AgentSettings,
+}
+
+impl AgentLoop<'_> {
+    /// Runs the loop from `messages` (system + user prompt) to completion.
+    pub async fn run(&self, messages: Vec<Message>) -> AgentResult {
+        let mut result = AgentResult {
+            messages,
+            ..Default::default()
+        };
+        let user_task = result
+            .messages
+            .iter()
+            .find(|m| m.role == "user")
+            .map(|m| clip(m.content.trim(), 500))
+            .unwrap_or_default();
+        let schemas = self.tools.schemas();
+        for turn in 0..self.settings.max_turns {
+            let request = ChatRequest {
+                messages: result.messages.clone(),
+                tools: schemas.clone(),
+                n: 1,
+                temperature: self.settings.temperature,
+                max_tokens: self.settings.max_tokens,
+                extra_body: self.settings.extra_body.clone(),
+                split: self.settings.split,
+            };
+            let turn_span = tracing::debug_span!("turn", turn = turn + 1);
+            let response = self.llm.chat(&request).instrument(turn_span).await;
+            result.turns_used = turn + 1;
+            let choice = match response {
+                Ok(r) => match r.choices.into_iter().next() {
+                    Some(c) => c,
+                    None => {
+                        result.llm_error = Some("the server returned no choices".into());
+                        return result;
+                    }
+                },
+                Err(e) => {
+                    warn!("LLM call failed on turn {}: {e}", turn + 1);
+                    result.llm_error = Some(e.to_string());
+                    return result;
+                }
+            };
+            let message = choice.message;
+            let reasoning = message.reasoning_text();
+            result.reasoning_per_turn.push(reasoning.clone());
+            let calls: Vec<ToolCall> = message.tool_calls.clone().unwrap_or_default();
+            if calls.is_empty() {
+                result.messages.push(Message {
+                    reasoning_content: reasoning,
+                    ..Message::assistant(message.content)
+                });
+                result.finished_naturally = true;
+                return result;
+            }
+            let calls: Vec<ToolCall> = calls
+                .into_iter()
+                .map(|mut c| {
+                    if c.id.is_empty() {
+                        c.id = new_call_id();
+                    }
+                    c
+                })
+                .collect();
+            result.messages.push(Message {
+                tool_calls: Some(calls.clone()),
+                reasoning_content: reasoning,
+                ..Message::assistant(message.content)
+            });
+            for call in &calls {
+                let content = self
+                    .dispatch(turn + 1, call, &user_task, &mut result.tool_errors)
+                    .await;
+                result
+                    .messages
+                    .push(Message::tool(call.id.clone(), content));
+            }
+        }
+        result
+    }
+
+    /// Runs one call and returns the tool message content; failures are recorded.
+    async fn dispatch(
+        &self,
+        turn: u32,
+        call: &ToolCall,
+        user_task: &str,
+        errors: &mut Vec<ToolError>,
+    ) -> String {
+        let name = call.function.name.as_str();
+        let raw = call.function.arguments.as_str();
+        let mut record = |error: String, shown: &str| {
+            errors.push(ToolError {
+                turn,
+                tool_name: name.to_owned(),
+                arguments: clip(raw, 200),
+                error,
+                tool_result: clip(shown, 500),
+            });
+        };
+        if !self.tools.contains(name) {
+            let shown = to_python_string(
+                &json!({"error": unknown_tool_message(name, &self.tools.names())}),
+            );
+            record(format!("Unknown tool '{name}'"), &shown);
+            return shown;
+        }
+        let args = match parse_arguments(raw) {
+            Ok(a) => a,
+            Err(msg) => {
+                let shown = to_python_string(&json!({
+                    "error": format!("Invalid JSON in tool arguments: {msg}. Please retry with valid JSON.")
+                }));
+                record(format!("Invalid JSON: {msg}"), &shown);
+                return shown;
+            }
+        };
+        let cx = ToolCallContext {
+            sandbox: self.sandbox,
+            terminal_timeout: self.settings.terminal_timeout,
+            user_task,
+        };
+        let started = Instant::now();
+        let outcome = {
+            let _permit = self
+                .tool_permits
+                .acquire()
+                .await
+                .expect("tool semaphore is never closed");
+            std::panic::AssertUnwindSafe(self.tools.call(name, args, &cx))
+                .catch_unwind()
+                .instrument(tracing::debug_span!("tool", name))
+                .await
+        };
+        let elapsed = started.elapsed();
+        if elapsed > SLOW_TOOL {
+            warn!("tool {name} took {elapsed:.1?}");
+        }
+        let value = match outcome {
+            Ok(v) => v,
+            Err(panic) => {
+                json!({"error": format!("Tool execution failed: panic: {}", panic_message(panic.as_ref()))})
+            }
+        };
+        let shown = to_python_string(&value);
+        if let Some(error) = tool_failure(&value) {
+            debug!("tool {name} failed: {error}");
+            record(error, &shown);
+        }
+        shown
+    }
+}
+
+/// Parses tool-call arguments: `""` means no arguments; anything but a JSON object is an error.
+pub fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(other) => Err(format!("expected a JSON object, got {}", json_kind(&other))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Whether a tool result is a failure for telemetry: any truthy `error`, or a timeout
+/// (exit code 124). Upstream only counted errors with a negative exit code.
+pub fn tool_failure(result: &Value) -> Option<String> {
+    let error = result.get("error").filter(|e| match e {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Bool(b) => *b,
+        _ => true,
+    });
+    if let Some(e) = error {
+        return Some(e.as_str().map_or_else(|| e.to_string(), str::to_owned));
+    }
+    if result.get("exit_code").and_then(Value::as_i64) == Some(124) {
+        return Some("Command timed out (exit code 124)".into());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_parsing_rules() {
+        assert!(parse_arguments("").unwrap().is_empty());
+        assert!(parse_arguments("  ").unwrap().is_empty());
+        assert_eq!(parse_arguments(r#"{"a": 1}"#).unwrap()["a"], 1);
+        assert!(parse_arguments("[1]").unwrap_err().contains("an array"));
+        assert!(parse_arguments("{bad").is_err());
+    }
+
+    #[test]
+    fn failures_include_timeouts_and_plain_errors() {
+        assert!(tool_failure(&json!({"output": "x", "exit_code": 0, "error": null})).is_none());
+        assert!(tool_failure(&json!({"output": "x", "exit_code": 124, "error": null})).is_some());
+        assert_eq!(
+            tool_failure(&json!({"error": "boom"})).as_deref(),
+            Some("boom")
+        );
+        assert!(tool_failure(&json!({"output": "", "exit_code": 2, "error": null})).is_none());
+    }
+}

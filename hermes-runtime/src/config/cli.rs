@@ -1,0 +1,219 @@
+//! The generated binary's command line: `serve|process|evaluate` with every `--env.*`,
+//! `--openai.*` and manager flag, built from the field tables so help and parsing agree.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde_json::{Map, Value};
+
+use super::flags::{parse_flag_text, FieldSpec, ScalarKind};
+use super::resolve::{manager_fields, EnvDescriptor, FlagValues, Mode};
+use super::{ApiServerConfig, ConfigError, ConfigSection};
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run an Atropos mode with these flag values.
+    Run(Mode, FlagValues),
+    /// Print this text (help) and exit successfully.
+    Print(String),
+}
+
+const MODES: [(Mode, &str); 3] = [
+    (
+        Mode::Serve,
+        "Online RL: register with an Atropos trajectory API and send scored groups",
+    ),
+    (
+        Mode::Process,
+        "Offline rollouts: write scored groups to JSONL and an HTML viewer",
+    ),
+    (
+        Mode::Evaluate,
+        "Benchmark: run eval items and write metrics.json and samples.jsonl",
+    ),
+];
+
+fn render_default(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "None".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn flag_arg(
+    prefix: &str,
+    field: &FieldSpec,
+    default: Option<&Value>,
+    heading: &'static str,
+) -> Arg {
+    let long = if prefix.is_empty() {
+        field.name.to_owned()
+    } else {
+        format!("{prefix}.{}", field.name)
+    };
+    let shape = field.shape;
+    let help = format!(
+        "{} [default: {}]",
+        field.help.trim(),
+        render_default(default)
+    );
+    let mut arg = Arg::new(long.clone())
+        .long(long)
+        .help(help)
+        .value_name(shape.value_name())
+        .action(ArgAction::Set)
+        .help_heading(heading)
+        .value_parser(move |s: &str| parse_flag_text(shape, s));
+    match shape.kind {
+        ScalarKind::Int | ScalarKind::Float => arg = arg.allow_negative_numbers(true),
+        ScalarKind::Bool => arg = arg.num_args(0..=1).default_missing_value("true"),
+        _ => {}
+    }
+    arg
+}
+
+fn mode_command(desc: &EnvDescriptor, mode: Mode, about: &'static str) -> Command {
+    let env_defaults = desc.env_defaults(mode);
+    let server_defaults = match serde_json::to_value(ApiServerConfig::default()) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    let manager_defaults =
+        serde_json::to_value(super::ManagerConfig::default()).unwrap_or_default();
+    let mut cmd = Command::new(mode.as_str()).about(about).arg(
+        Arg::new("config")
+            .long("config")
+            .value_name("FILE")
+            .help("YAML file with env:, openai: (a map or a list of servers), slurm:, testing:")
+            .value_parser(clap::value_parser!(PathBuf)),
+    );
+    for field in desc.env_fields() {
+        cmd = cmd.arg(flag_arg(
+            "env",
+            &field,
+            env_defaults.get(field.name),
+            "Environment (--env.*)",
+        ));
+    }
+    for field in ApiServerConfig::fields() {
+        cmd = cmd.arg(flag_arg(
+            "openai",
+            &field,
+            server_defaults.get(field.name),
+            "Inference server (--openai.*)",
+        ));
+    }
+    for field in manager_fields() {
+        cmd = cmd.arg(flag_arg(
+            "",
+            &field,
+            manager_defaults.get(field.name),
+            "Run",
+        ));
+    }
+    cmd
+}
+
+/// The full command for an environment binary named `bin`.
+pub fn command(bin: &str, desc: &EnvDescriptor) -> Command {
+    let mut cmd = Command::new(bin.to_owned())
+        .about(format!("{}: {}", desc.name, desc.about.trim()))
+        .subcommand_required(true)
+        .args_override_self(true)
+        .disable_version_flag(true);
+    for (mode, about) in MODES {
+        cmd = cmd.subcommand(mode_command(desc, mode, about).args_override_self(true));
+    }
+    cmd
+}
+
+fn collect(m: &ArgMatches, prefix: &str, fields: &[FieldSpec]) -> Map<String, Value> {
+    let mut out = Map::new();
+    for f in fields {
+        let id = if prefix.is_empty() {
+            f.name.to_owned()
+        } else {
+            format!("{prefix}.{}", f.name)
+        };
+        if m.value_source(&id) == Some(ValueSource::CommandLine) {
+            if let Some(v) = m.get_one::<Value>(&id) {
+                out.insert(f.name.to_owned(), v.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Turns a clap error into one line: the error plus clap's suggestion, if any.
+fn one_line_error(err: &clap::Error, bin: &str, mode: Option<&str>) -> String {
+    let rendered = err.render().to_string();
+    let mut parts: Vec<String> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("error:") || l.starts_with("tip:"))
+        .map(|l| l.trim_start_matches("error: ").to_owned())
+        .collect();
+    if parts.is_empty() {
+        parts.push(
+            rendered
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .to_owned(),
+        );
+    }
+    let help = match mode {
+        Some(m) => format!("{bin} {m} --help"),
+        None => format!("{bin} --help"),
+    };
+    format!("{} (see '{help}')", parts.join("; "))
+}
+
+/// Parses `args` (including the program name).
+pub fn parse<I, T>(bin: &str, desc: &EnvDescriptor, args: I) -> Result<Invocation, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mode_hint = args
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| MODES.iter().any(|(m, _)| m.as_str() == *a))
+        .map(str::to_owned);
+    let matches = match command(bin, desc).try_get_matches_from(args) {
+        Ok(m) => m,
+        Err(e) => {
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                | clap::error::ErrorKind::DisplayVersion => {
+                    Ok(Invocation::Print(e.render().to_string()))
+                }
+                _ => Err(ConfigError::Usage(one_line_error(
+                    &e,
+                    bin,
+                    mode_hint.as_deref(),
+                ))),
+            }
+        }
+    };
+    let (name, sub) = matches.subcommand().expect("a subcommand is required");
+    let mode = MODES
+        .iter()
+        .map(|(m, _)| *m)
+        .find(|m| m.as_str() == name)
+        .expect("clap only accepts known subcommands");
+    let values = FlagValues {
+        env: collect(sub, "env", &desc.env_fields()),
+        openai: collect(sub, "openai", &ApiServerConfig::fields()),
+        manager: collect(sub, "", &manager_fields()),
+        config_file: sub.get_one::<PathBuf>("config").cloned(),
+    };
+    Ok(Invocation::Run(mode, values))
+}

@@ -1,0 +1,145 @@
+//! `HermesEnvConfig`: every Atropos `BaseEnvConfig` and Hermes `HermesAgentEnvConfig` field,
+//! with upstream defaults (`--env.<field>`, YAML `env:`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::flags::{FlagShape, FlagType, ScalarKind};
+use super::section::config_section;
+
+/// What happens to training while an evaluation runs in `serve` mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvalHandling {
+    /// Pause training rollouts during evaluation.
+    #[serde(rename = "STOP_TRAIN")]
+    StopTrain,
+    /// Keep a fraction (`eval_limit_ratio`) of the training workers.
+    #[serde(rename = "LIMIT_TRAIN")]
+    LimitTrain,
+    /// Train and evaluate at full speed.
+    #[serde(rename = "NONE")]
+    None,
+}
+
+impl FlagType for EvalHandling {
+    const SHAPE: FlagShape = FlagShape {
+        kind: ScalarKind::Choice(&["STOP_TRAIN", "LIMIT_TRAIN", "NONE"]),
+        nullable: false,
+    };
+}
+
+config_section! {
+    /// Environment config: Atropos base fields, Hermes agent fields and hermes-env additions.
+    #[derive(Debug)]
+    pub struct HermesEnvConfig {
+        /// Rollouts per group (one group per item).
+        group_size: i64 = 4,
+        /// Concurrent groups; -1 = max_num_workers_per_node × number of inference servers.
+        max_num_workers: i64 = -1,
+        /// Concurrent rollouts during evaluation.
+        max_eval_workers: i64 = 16,
+        /// Workers per inference server when max_num_workers is -1.
+        max_num_workers_per_node: i64 = 8,
+        /// Run evaluation every N trainer steps in serve mode (<= 0 disables).
+        steps_per_eval: i64 = 100,
+        /// Maximum tokens per sequence; also the per-turn max_tokens of the agent.
+        max_token_length: i64 = 2048,
+        /// Training during evaluation: STOP_TRAIN, LIMIT_TRAIN or NONE.
+        eval_handling: EvalHandling = EvalHandling::StopTrain,
+        /// Fraction of workers kept under LIMIT_TRAIN.
+        eval_limit_ratio: f64 = 0.5,
+        /// Share of the inference fleet (registered weight).
+        inference_weight: f64 = 1.0,
+        /// Trainer batch size (overwritten from the trajectory API).
+        batch_size: i64 = -1,
+        /// Queue cap in batches before the environment pauses.
+        max_batches_offpolicy: i64 = 3,
+        /// Hugging Face tokenizer id or local path.
+        tokenizer_name: String = "NousResearch/DeepHermes-3-Llama-3-3B-Preview".into(),
+        /// Log to Weights & Biases.
+        use_wandb: bool = true,
+        /// Trajectory API base URL.
+        rollout_server_url: String = "http://localhost:8000".into(),
+        /// serve: stop after this trainer step (-1 = from the API); process: number of groups.
+        total_steps: i64 = 1000,
+        /// Registered name and wandb run-name stem (defaults to the environment's name).
+        wandb_name: Option<String> = None,
+        /// Groups kept for the wandb rollout table.
+        num_rollouts_to_keep: i64 = 32,
+        /// Rollouts per group shown in the wandb table (-1 = whole group).
+        num_rollouts_per_group_for_logging: i64 = 1,
+        /// Drop groups whose scores are all equal.
+        ensure_scores_are_not_same: bool = true,
+        /// Write every group to this JSONL file (an existing file gets a _N suffix).
+        data_path_to_save_groups: Option<String> = None,
+        /// Directory for evaluate_config.yaml, metrics.json and samples.jsonl.
+        data_dir_to_save_evals: Option<String> = None,
+        /// Groups sent before a step change triggers a wandb log.
+        min_items_sent_before_logging: i64 = 2,
+        /// Synthesise messages for groups that have none.
+        include_messages: bool = false,
+        /// Guaranteed share of each trainer batch (0..1).
+        min_batch_allocation: Option<f64> = None,
+        /// Seconds before a worker is cancelled and its item dropped (<= 0 disables).
+        worker_timeout: f64 = 600.0,
+        /// Ask reasoning models to think (sent as extra_body reasoning settings).
+        thinking_mode: bool = false,
+        /// Reasoning effort: none, minimal, low, medium, high or xhigh.
+        reasoning_effort: Option<String> = None,
+        /// Reasoning token budget (1024..32000).
+        max_reasoning_tokens: Option<i64> = None,
+        /// Custom thinking prompt (accepted for compatibility; unused upstream too).
+        custom_thinking_prompt: Option<String> = None,
+        /// Toolsets offered to the model, e.g. ["terminal","file"]; null = all toolsets.
+        enabled_toolsets: Option<Vec<String>> = None,
+        /// Toolsets removed after enabled_toolsets / distribution are resolved.
+        disabled_toolsets: Option<Vec<String>> = None,
+        /// Toolset distribution sampled once per group (wins over enabled_toolsets; issue #5).
+        distribution: Option<String> = None,
+        /// Maximum LLM calls per rollout.
+        max_agent_turns: i64 = 30,
+        /// System prompt prepended to every rollout.
+        system_prompt: Option<String> = None,
+        /// Sampling temperature of every agent turn.
+        agent_temperature: f64 = 1.0,
+        /// Sandbox backend for tools and reward checks: local (docker lands with issue #3).
+        terminal_backend: String = "local".into(),
+        /// Default per-command timeout of the terminal tool, in seconds.
+        terminal_timeout: i64 = 120,
+        /// Idle sandbox lifetime in seconds (docker backend, issue #3).
+        terminal_lifetime: i64 = 3600,
+        /// Dataset id (used by environments that load one).
+        dataset_name: Option<String> = None,
+        /// Dataset split.
+        dataset_split: String = "train".into(),
+        /// Dataset field holding the prompt.
+        prompt_field: String = "prompt".into(),
+        /// Maximum concurrent tool executions.
+        tool_pool_size: i64 = 128,
+        /// Tool-call parser for Phase 2 servers (ignored for openai servers; issue #4/#5).
+        tool_call_parser: String = "hermes".into(),
+        /// Extra keys merged into every chat-completion request body.
+        extra_body: Option<Map<String, Value>> = None,
+        /// Tool results longer than this are saved in the sandbox and previewed (characters; issue #5).
+        default_result_size_chars: i64 = 100_000,
+        /// Aggregate tool-result characters per assistant turn (issue #5).
+        turn_budget_chars: i64 = 200_000,
+        /// Preview size of saved tool results (characters; issue #5).
+        preview_size_chars: i64 = 1500,
+        /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (issue #5).
+        tool_result_overrides: Option<Map<String, Value>> = None,
+        /// Evaluate at most this many eval items (null = all).
+        eval_size: Option<i64> = None,
+    }
+}
+
+impl HermesEnvConfig {
+    /// Concurrent groups: `max_num_workers`, or per-node workers × servers when it is -1.
+    pub fn effective_workers(&self, servers: usize) -> usize {
+        if self.max_num_workers > 0 {
+            self.max_num_workers as usize
+        } else {
+            (self.max_num_workers_per_node.max(1) as usize) * servers.max(1)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `ApiServerConfig`: one inference server (`--openai.<field>`, YAML `openai:`).
+
+use serde::{Deserialize, Serialize};
+
+use super::flags::{FlagShape, FlagType, ScalarKind};
+use super::section::config_section;
+
+/// The inference server protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerType {
+    /// Any OpenAI-compatible chat-completions server (Phase 1).
+    Openai,
+    /// TRL generation server.
+    Trl,
+    /// SGLang (native /generate with logprobs, Phase 2).
+    Sglang,
+    /// vLLM (native /generate with logprobs, Phase 2).
+    Vllm,
+}
+
+impl FlagType for ServerType {
+    const SHAPE: FlagShape = FlagShape {
+        kind: ScalarKind::Choice(&["openai", "trl", "sglang", "vllm"]),
+        nullable: false,
+    };
+}
+
+config_section! {
+    /// One inference server. A single config is one server at its `base_url` (the upstream
+    /// expansion to localhost:9004-9007 is not reproduced).
+    pub struct ApiServerConfig {
+        /// Per-request timeout in seconds.
+        timeout: i64 = 1200,
+        /// Concurrent training requests to this server.
+        num_max_requests_at_once: i64 = 512,
+        /// Concurrent evaluation requests to this server.
+        num_requests_for_eval: i64 = 64,
+        /// Model name sent as `model`.
+        model_name: String = "default".into(),
+        /// Length of the request-time buffers kept for server metrics (wandb, issue #6).
+        rolling_buffer_length: i64 = 1000,
+        /// Server protocol: openai, trl, sglang or vllm.
+        server_type: ServerType = ServerType::Openai,
+        /// Tokenizer for Phase 2 vllm/sglang servers ("none" = model_name; issue #4).
+        tokenizer_name: String = "none".into(),
+        /// API key (empty = the OPENAI_API_KEY environment variable). Never logged or saved.
+        api_key: Option<String> = Some(String::new()),
+        /// Base URL of the OpenAI-compatible API, e.g. http://localhost:9001/v1.
+        base_url: Option<String> = Some(String::new()),
+        /// Marks servers that ignore `n` (accepted for compatibility; rollouts use n = 1).
+        n_kwarg_is_ignored: bool = false,
+        /// Poll the server's health (accepted for compatibility; failed requests are retried instead).
+        health_check: bool = true,
+    }
+}
+
+impl std::fmt::Debug for ApiServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerConfig")
+            .field("base_url", &self.base_url)
+            .field("model_name", &self.model_name)
+            .field("server_type", &self.server_type)
+            .field(
+                "api_key",
+                &self
+                    .api_key
+                    .as_ref()
+                    .map(|k| if k.is_empty() { "" } else { "<redacted>" }),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiServerConfig {
+    /// The key to send: `api_key`, else `OPENAI_API_KEY`, else none.
+    pub fn resolved_api_key(&self) -> Option<String> {
+        self.api_key.clone().filter(|k| !k.is_empty()).or_else(|| {
+            std::env::var("OPENAI_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        })
+    }
+
+    /// `base_url` without a trailing slash, if set.
+    pub fn base_url(&self) -> Option<&str> {
+        self.base_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/'))
+            .filter(|u| !u.is_empty())
+    }
+}
+
+/// Un-namespaced server-manager flags (`--slurm`, `--testing`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManagerConfig {
+    /// Spread servers over SLURM nodes (accepted; hermes-env uses the configured servers).
+    pub slurm: bool,
+    /// Replace the inference servers by the embedded scripted server.
+    pub testing: bool,
+    /// Largest `n` per request; bigger requests are split.
+    pub max_n_completions: i64,
+    /// OpenAI-compatible proxy URL (accepted for compatibility; not used).
+    pub proxy_url: Option<String>,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            slurm: false,
+            testing: false,
+            max_n_completions: 8,
+            proxy_url: None,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Runtime of hermes-env: everything a `#[hermes_env]` environment binary runs.
+//!
+//! Data flows one way: item → prompt → agent loop ⇄ (LLM, tools in the rollout's sandbox) →
+//! [`agent::AgentResult`] → reward through [`context::ToolContext`] → [`atropos::ScoredDataGroup`]
+//! → JSONL / metrics.
+
+pub mod agent;
+pub mod app;
+pub mod atropos;
+pub mod config;
+pub mod context;
+pub mod env;
+pub mod llm;
+pub mod modes;
+pub mod sandbox;
+pub mod testing;
+pub mod tools;

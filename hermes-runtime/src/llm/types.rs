@@ -1,0 +1,321 @@
+//! OpenAI chat-completion message shapes, exactly as Hermes transcripts store them.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// One chat message. `content` is always a string (`""` rather than `null` for assistant
+/// messages that only carry tool calls, since some servers reject `null`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Text content.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub content: String,
+    /// Reasoning text the server returned for an assistant turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Tool calls requested by an assistant message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+impl Message {
+    fn plain(role: &str, content: impl Into<String>) -> Self {
+        Message {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            reasoning_content: None,
+        }
+    }
+
+    /// A `system` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::plain("system", content)
+    }
+
+    /// A `user` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain("user", content)
+    }
+
+    /// An `assistant` message without tool calls.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::plain("assistant", content)
+    }
+
+    /// A `tool` message answering `tool_call_id`.
+    pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message {
+            tool_call_id: Some(tool_call_id.into()),
+            ..Self::plain("tool", content)
+        }
+    }
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => String::new(),
+        Value::String(s) => s,
+        // Content parts (`[{"type":"text","text":…}]`): keep the text parts.
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        other => other.to_string(),
+    })
+}
+
+/// A function call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Call id echoed back in the `tool` message.
+    #[serde(default = "new_call_id")]
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    /// Name and raw JSON arguments.
+    pub function: FunctionCall,
+}
+
+impl ToolCall {
+    /// A call with a fresh `call_<8 hex>` id.
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCall {
+            id: new_call_id(),
+            kind: function_type(),
+            function: FunctionCall {
+                name: name.into(),
+                arguments: arguments.into(),
+            },
+        }
+    }
+}
+
+/// The function part of a tool call; `arguments` is the model's raw JSON text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    /// Tool name.
+    pub name: String,
+    /// Arguments as JSON text (kept raw so malformed JSON can be reported to the model).
+    #[serde(default, deserialize_with = "arguments_as_text")]
+    pub arguments: String,
+}
+
+fn arguments_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::Null => String::new(),
+        Value::String(s) => s,
+        other => other.to_string(),
+    })
+}
+
+/// A fresh OpenAI-style call id, `call_<8 hex>`.
+pub fn new_call_id() -> String {
+    format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+/// An OpenAI function-tool definition offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSchema {
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Name, description and JSON-schema parameters.
+    pub function: FunctionSchema,
+}
+
+/// The function part of a tool definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionSchema {
+    /// Tool name.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+impl ToolSchema {
+    /// A function tool definition.
+    pub fn function(name: &str, description: &str, parameters: Value) -> Self {
+        ToolSchema {
+            kind: "function".into(),
+            function: FunctionSchema {
+                name: name.into(),
+                description: description.into(),
+                parameters,
+            },
+        }
+    }
+}
+
+/// Whether a request belongs to training or evaluation (separate concurrency limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// Training rollouts.
+    Train,
+    /// Evaluation rollouts.
+    Eval,
+}
+
+/// One chat-completion call.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Tools offered (`tool_choice: "auto"` is sent with them).
+    pub tools: Vec<ToolSchema>,
+    /// Number of choices.
+    pub n: u32,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Completion token limit.
+    pub max_tokens: Option<u32>,
+    /// Extra keys merged into the JSON body (OpenAI SDK `extra_body` semantics).
+    pub extra_body: Map<String, Value>,
+    /// Train or eval limits.
+    pub split: Split,
+}
+
+impl ChatRequest {
+    /// The JSON body sent to `/chat/completions` for `model`.
+    pub fn to_body(&self, model: &str) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), model.into());
+        body.insert(
+            "messages".into(),
+            serde_json::to_value(&self.messages).expect("messages serialise"),
+        );
+        body.insert("n".into(), self.n.into());
+        body.insert("temperature".into(), self.temperature.into());
+        if let Some(m) = self.max_tokens {
+            body.insert("max_tokens".into(), m.into());
+        }
+        if !self.tools.is_empty() {
+            body.insert(
+                "tools".into(),
+                serde_json::to_value(&self.tools).expect("tools serialise"),
+            );
+            body.insert("tool_choice".into(), "auto".into());
+        }
+        for (k, v) in &self.extra_body {
+            body.insert(k.clone(), v.clone());
+        }
+        Value::Object(body)
+    }
+}
+
+/// The parts of a chat-completion response the agent loop reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatResponse {
+    /// Choices; may be empty on misbehaving servers.
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+}
+
+/// One choice of a response.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Choice {
+    /// The assistant message.
+    pub message: ResponseMessage,
+    /// `stop`, `length`, `tool_calls`, …
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// An assistant message as servers return it, with every reasoning field providers use.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseMessage {
+    /// Text content (null becomes `""`).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub content: String,
+    /// Native tool calls.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// vLLM / DeepSeek style reasoning.
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    /// OpenRouter style reasoning.
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// OpenRouter `reasoning_details: [{"text": …}]`.
+    #[serde(default)]
+    pub reasoning_details: Option<Value>,
+}
+
+impl ResponseMessage {
+    /// The first non-empty of `reasoning_content`, `reasoning`, `reasoning_details[0].text`.
+    pub fn reasoning_text(&self) -> Option<String> {
+        let non_empty = |s: &Option<String>| s.as_ref().filter(|s| !s.is_empty()).cloned();
+        non_empty(&self.reasoning_content)
+            .or_else(|| non_empty(&self.reasoning))
+            .or_else(|| {
+                self.reasoning_details
+                    .as_ref()
+                    .and_then(|d| d.get(0))
+                    .and_then(|d| d.get("text"))
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn body_sends_auto_tool_choice_and_merges_extra_body() {
+        let mut extra = Map::new();
+        extra.insert("provider".into(), json!({"order": ["x"]}));
+        let req = ChatRequest {
+            messages: vec![Message::user("hi")],
+            tools: vec![ToolSchema::function(
+                "terminal",
+                "run",
+                json!({"type": "object"}),
+            )],
+            n: 1,
+            temperature: 1.0,
+            max_tokens: Some(16),
+            extra_body: extra,
+            split: Split::Train,
+        };
+        let body = req.to_body("m");
+        assert_eq!(body["tool_choice"], "auto");
+        assert_eq!(body["provider"]["order"][0], "x");
+        assert_eq!(body["max_tokens"], 16);
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "user", "content": "hi"})
+        );
+    }
+
+    #[test]
+    fn response_tolerates_null_content_object_arguments_and_missing_ids() {
+        let r: ChatResponse = serde_json::from_value(json!({"choices": [{"message": {
+            "content": null, "reasoning_details": [{"text": "think"}],
+            "tool_calls": [{"function": {"name": "t", "arguments": {"a": 1}}}]}}]}))
+        .unwrap();
+        let m = &r.choices[0].message;
+        assert_eq!(m.content, "");
+        assert_eq!(m.reasoning_text().as_deref(), Some("think"));
+        let call = &m.tool_calls.as_ref().unwrap()[0];
+        assert_eq!(call.function.arguments, r#"{"a":1}"#);
+        assert!(call.id.starts_with("call_") && call.id.len() == 13);
+    }
+}

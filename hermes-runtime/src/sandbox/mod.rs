@@ -1,0 +1,101 @@
+//! Sandboxes: where one rollout's tools and its reward checks run. One sandbox belongs to
+//! exactly one rollout (its task id) and is torn down when the rollout ends.
+
+mod local;
+mod output;
+mod task;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+pub use local::{LocalProvider, LocalSandbox};
+pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
+pub use task::TaskSandbox;
+
+/// One command to run in a sandbox.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Shell command (run with `bash -c`).
+    pub command: String,
+    /// Deadline for the whole command including its output stream.
+    pub timeout: Duration,
+    /// Working directory; `None` = the sandbox's working directory.
+    pub workdir: Option<String>,
+    /// Character budget of the returned output.
+    pub output_limit: usize,
+}
+
+impl ExecRequest {
+    /// A command with the given timeout and the default output budget.
+    pub fn new(command: impl Into<String>, timeout: Duration) -> Self {
+        ExecRequest {
+            command: command.into(),
+            timeout,
+            workdir: None,
+            output_limit: OUTPUT_LIMIT_CHARS,
+        }
+    }
+}
+
+/// What a finished (or killed) command produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecOutput {
+    /// stdout and stderr interleaved, truncated to the budget (40% head / 60% tail).
+    pub output: String,
+    /// Exit code; 124 when the deadline killed it.
+    pub exit_code: i32,
+    /// True when the deadline killed the command's process group.
+    pub timed_out: bool,
+}
+
+/// Infrastructure failures of a sandbox (not the model's fault).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The file does not exist.
+    #[error("file not found: {0}")]
+    NotFound(String),
+    /// The path exists but is a directory.
+    #[error("is a directory: {0}")]
+    IsDirectory(String),
+    /// The sandbox could not be created.
+    #[error("sandbox creation failed: {0}")]
+    Create(String),
+    /// The sandbox was torn down or vanished.
+    #[error("sandbox is gone: {0}")]
+    Gone(String),
+    /// Any other I/O failure.
+    #[error("{0}")]
+    Io(String),
+}
+
+impl SandboxError {
+    /// True for failures of the infrastructure rather than of the requested operation.
+    pub fn is_infra(&self) -> bool {
+        matches!(self, SandboxError::Create(_) | SandboxError::Gone(_))
+    }
+}
+
+/// The operations every backend provides; tools and `ToolContext` are written against this.
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    /// The rollout this sandbox belongs to.
+    fn task_id(&self) -> &str;
+    /// The default working directory (and `~`).
+    fn workdir(&self) -> &str;
+    /// Runs a command; a timeout kills its whole process group and yields exit code 124.
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError>;
+    /// Reads a file's bytes (`~` and relative paths resolve against the working directory).
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// Writes a file atomically, creating parent directories; returns whether any were created.
+    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError>;
+    /// Kills everything the sandbox started and removes it. Idempotent.
+    async fn teardown(&self) -> Result<(), SandboxError>;
+}
+
+/// Creates sandboxes for task ids (one backend per run).
+#[async_trait]
+pub trait SandboxProvider: Send + Sync {
+    /// A fresh sandbox for `task_id`.
+    async fn create(&self, task_id: &str) -> Result<std::sync::Arc<dyn Sandbox>, SandboxError>;
+}

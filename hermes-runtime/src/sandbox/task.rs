@@ -1,0 +1,64 @@
+//! `TaskSandbox`: the rollout's handle to its sandbox, created on first use and shared by the
+//! agent's tools and the reward's `ToolContext`. Dropping the last handle tears it down.
+
+use std::sync::Arc;
+
+use tokio::sync::OnceCell;
+
+use super::{Sandbox, SandboxError, SandboxProvider};
+
+/// A lazily created sandbox keyed by one rollout's task id.
+pub struct TaskSandbox {
+    task_id: String,
+    provider: Arc<dyn SandboxProvider>,
+    cell: OnceCell<Arc<dyn Sandbox>>,
+}
+
+impl std::fmt::Debug for TaskSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSandbox")
+            .field("task_id", &self.task_id)
+            .field("created", &self.cell.initialized())
+            .finish()
+    }
+}
+
+impl TaskSandbox {
+    /// A handle for `task_id`; nothing is created until a tool needs it.
+    pub fn new(task_id: impl Into<String>, provider: Arc<dyn SandboxProvider>) -> Self {
+        TaskSandbox {
+            task_id: task_id.into(),
+            provider,
+            cell: OnceCell::new(),
+        }
+    }
+
+    /// The rollout's task id.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The sandbox, created on first call (concurrent callers wait for one creation).
+    pub async fn get(&self) -> Result<&Arc<dyn Sandbox>, SandboxError> {
+        self.cell
+            .get_or_try_init(|| self.provider.create(&self.task_id))
+            .await
+    }
+
+    /// True once the sandbox exists.
+    pub fn is_created(&self) -> bool {
+        self.cell.initialized()
+    }
+
+    /// Tears the sandbox down now (idempotent). Runs on a spawned task so that cancelling the
+    /// caller cannot interrupt it halfway.
+    pub async fn close(&self) -> Result<(), SandboxError> {
+        let Some(sandbox) = self.cell.get().cloned() else {
+            return Ok(());
+        };
+        match tokio::spawn(async move { sandbox.teardown().await }).await {
+            Ok(result) => result,
+            Err(e) => Err(SandboxError::Io(format!("teardown task failed: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Model-facing tools: schemas, the toolset table, argument coercion and dispatch. Every tool
+//! runs against the rollout's [`TaskSandbox`].
+
+mod files;
+mod terminal;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Map, Value};
+
+use crate::llm::ToolSchema;
+use crate::sandbox::TaskSandbox;
+
+pub use files::{ReadFileTool, WriteFileTool};
+pub use terminal::TerminalTool;
+
+/// What a tool call can reach: the rollout's sandbox and run settings.
+pub struct ToolCallContext<'a> {
+    /// The rollout's sandbox (created on first use).
+    pub sandbox: &'a TaskSandbox,
+    /// Default timeout of terminal commands.
+    pub terminal_timeout: Duration,
+    /// The rollout's first user message (context for tools that want it).
+    pub user_task: &'a str,
+}
+
+/// One model-facing tool.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The OpenAI function definition.
+    fn schema(&self) -> ToolSchema;
+    /// The toolset it belongs to (`terminal`, `file`, …).
+    fn toolset(&self) -> &'static str;
+    /// Runs the tool. Failures are results (`{"error": …}`), never panics or `Err`.
+    async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value;
+}
+
+/// Hermes toolsets that exist upstream but have no tools available in this build (they need
+/// a backend such as a web-search key); naming them is not an error.
+const UNAVAILABLE_TOOLSETS: &[&str] = &[
+    "web",
+    "search",
+    "browser",
+    "vision",
+    "image_gen",
+    "todo",
+    "memory",
+    "code_execution",
+    "delegation",
+    "session_search",
+    "skills",
+    "clarify",
+    "cronjob",
+    "tts",
+];
+
+/// All tools known to a run, by name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// The built-in tools: `terminal` and the `file` tools.
+    pub fn builtin() -> Self {
+        let mut r = ToolRegistry::default();
+        r.register(TerminalTool);
+        r.register(ReadFileTool);
+        r.register(WriteFileTool);
+        r
+    }
+
+    /// Adds (or replaces) a tool.
+    pub fn register(&mut self, tool: impl Tool + 'static) {
+        let name = tool.schema().function.name;
+        self.tools.insert(name, Arc::new(tool));
+    }
+
+    /// Names of the toolsets that have tools.
+    pub fn toolsets(&self) -> Vec<&'static str> {
+        let mut sets: Vec<_> = self.tools.values().map(|t| t.toolset()).collect();
+        sets.sort_unstable();
+        sets.dedup();
+        sets
+    }
+
+    /// The tools of `enabled` toolsets (all when `None`) minus `disabled` ones. Unknown
+    /// toolset names are an error; known-but-unavailable ones yield a warning.
+    pub fn resolve(
+        &self,
+        enabled: Option<&[String]>,
+        disabled: Option<&[String]>,
+    ) -> Result<(ToolSet, Vec<String>), String> {
+        let known = self.toolsets();
+        let mut warnings = Vec::new();
+        for name in enabled
+            .into_iter()
+            .flatten()
+            .chain(disabled.into_iter().flatten())
+        {
+            if !known.contains(&name.as_str()) {
+                if UNAVAILABLE_TOOLSETS.contains(&name.as_str()) {
+                    warnings.push(format!(
+                        "toolset '{name}' has no available tools in this build; skipped"
+                    ));
+                } else {
+                    let mut all: Vec<&str> = known.clone();
+                    all.extend(UNAVAILABLE_TOOLSETS);
+                    return Err(format!(
+                        "unknown toolset '{name}'; known toolsets: {}",
+                        all.join(", ")
+                    ));
+                }
+            }
+        }
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(_, t)| enabled.is_none_or(|e| e.iter().any(|s| s == t.toolset())))
+            .filter(|(_, t)| !disabled.is_some_and(|d| d.iter().any(|s| s == t.toolset())))
+            .map(|(n, t)| (n.clone(), Arc::clone(t)))
+            .collect();
+        Ok((ToolSet { tools }, warnings))
+    }
+}
+
+/// The tools offered in one group's rollouts.
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolSet {
+    /// Tool definitions to send with chat requests, sorted by name.
+    pub fn schemas(&self) -> Vec<ToolSchema> {
+        self.tools.values().map(|t| t.schema()).collect()
+    }
+
+    /// Sorted tool names.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// True when `name` is offered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
+    /// Calls a tool with schema-coerced arguments; unknown tools and missing required
+    /// arguments are error results.
+    pub async fn call(
+        &self,
+        name: &str,
+        mut args: Map<String, Value>,
+        cx: &ToolCallContext<'_>,
+    ) -> Value {
+        let Some(tool) = self.tools.get(name) else {
+            return json!({"error": unknown_tool_message(name, &self.names())});
+        };
+        let schema = tool.schema().function.parameters;
+        coerce_arguments(&schema, &mut args);
+        if let Some(missing) = missing_required(&schema, &args) {
+            return json!({"error": format!("Missing required argument '{missing}' for tool '{name}'")});
+        }
+        tool.call(args, cx).await
+    }
+}
+
+/// Hermes's message for a call to a tool that is not offered, e.g.
+/// `Unknown tool 'x'. Available tools: ['read_file', 'terminal']`.
+pub fn unknown_tool_message(name: &str, available: &[&str]) -> String {
+    let list: Vec<String> = available.iter().map(|n| format!("'{n}'")).collect();
+    format!(
+        "Unknown tool '{name}'. Available tools: [{}]",
+        list.join(", ")
+    )
+}
+
+fn missing_required<'a>(schema: &'a Value, args: &Map<String, Value>) -> Option<&'a str> {
+    schema
+        .get("required")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|r| args.get(*r).is_none_or(Value::is_null))
+}
+
+/// Coerces string arguments to the types the schema declares (`"42"` → 42, `"true"` → true,
+/// JSON text → arrays/objects), as Hermes's dispatcher does; other values are left alone.
+pub fn coerce_arguments(schema: &Value, args: &mut Map<String, Value>) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (key, value) in args.iter_mut() {
+        let Some(text) = value.as_str() else { continue };
+        let ty = props
+            .get(key)
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str);
+        let coerced = match ty {
+            Some("integer") => text.trim().parse::<i64>().ok().map(Value::from),
+            Some("number") => text
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Value::from),
+            Some("boolean") => match text.trim().to_ascii_lowercase().as_str() {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            Some("array") | Some("object") => serde_json::from_str(text).ok(),
+            _ => None,
+        };
+        if let Some(v) = coerced {
+            *value = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coercion_follows_the_schema() {
+        let schema = json!({"properties": {"n": {"type": "integer"}, "b": {"type": "boolean"},
+            "l": {"type": "array"}, "s": {"type": "string"}}});
+        let mut args: Map<String, Value> =
+            serde_json::from_value(json!({"n": "42", "b": "true", "l": "[1]", "s": "7", "x": "1"}))
+                .unwrap();
+        coerce_arguments(&schema, &mut args);
+        assert_eq!(
+            Value::Object(args),
+            json!({"n": 42, "b": true, "l": [1], "s": "7", "x": "1"})
+        );
+    }
+
+    #[test]
+    fn toolset_resolution() {
+        let r = ToolRegistry::builtin();
+        let (all, _) = r.resolve(None, None).unwrap();
+        assert_eq!(all.names(), ["read_file", "terminal", "write_file"]);
+        let (t, _) = r.resolve(Some(&["terminal".into()]), None).unwrap();
+        assert_eq!(t.names(), ["terminal"]);
+        let (f, w) = r
+            .resolve(
+                Some(&["file".into(), "web".into()]),
+                Some(&["terminal".into()]),
+            )
+            .unwrap();
+        assert_eq!(f.names(), ["read_file", "write_file"]);
+        assert_eq!(w.len(), 1);
+        assert!(r
+            .resolve(Some(&["termnal".into()]), None)
+            .unwrap_err()
+            .contains("unknown toolset 'termnal'"));
+    }
+
+    #[test]
+    fn unknown_tool_message_matches_hermes() {
+        assert_eq!(
+            unknown_tool_message("x", &["read_file", "terminal"]),
+            "Unknown tool 'x'. Available tools: ['read_file', 'terminal']"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Flag parsing, YAML layering and precedence of the generated command line (table-driven).
+
+use std::io::Write as _;
+
+use hermes_env::config::cli::{parse, Invocation};
+use hermes_env::config::{
+    resolve, ConfigError, ConfigSection, EnvDescriptor, EvalHandling, HermesEnvConfig, Mode,
+    NoConfig, ResolvedConfig, ServerType,
+};
+
+fn descriptor() -> EnvDescriptor {
+    let defaults = HermesEnvConfig {
+        group_size: 8,
+        ..Default::default()
+    };
+    EnvDescriptor::new::<NoConfig>("my-env", "A test environment.", defaults)
+}
+
+fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
+    let desc = descriptor();
+    let argv = std::iter::once("my-env").chain(args.iter().copied());
+    match parse("my-env", &desc, argv)? {
+        Invocation::Run(mode, flags) => resolve(&desc, mode, flags),
+        Invocation::Print(text) => panic!("unexpected help output: {text}"),
+    }
+}
+
+fn yaml(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn flag_value_forms() {
+    type Check = fn(&ResolvedConfig) -> bool;
+    let cases: &[(&[&str], Check)] = &[
+        (&["process", "--env.total_steps", "-1"], |c| {
+            c.env.total_steps == -1
+        }),
+        (&["process", "--env.total_steps=-1"], |c| {
+            c.env.total_steps == -1
+        }),
+        (&["process", "--env.total_steps", "7"], |c| {
+            c.env.total_steps == 7
+        }),
+        (&["process", "--env.group_size=3"], |c| {
+            c.env.group_size == 3
+        }),
+        (&["process", "--env.use_wandb", "false"], |c| {
+            !c.env.use_wandb
+        }),
+        (&["process", "--env.use_wandb", "False"], |c| {
+            !c.env.use_wandb
+        }),
+        (&["process", "--env.use_wandb", "True"], |c| c.env.use_wandb),
+        (&["process", "--env.use_wandb=true"], |c| c.env.use_wandb),
+        (&["process", "--testing"], |c| c.manager.testing),
+        (&["process", "--testing", "true"], |c| c.manager.testing),
+        (&["process", "--env.agent_temperature", "-0.5"], |c| {
+            c.env.agent_temperature == -0.5
+        }),
+        (&["process", "--env.wandb_name", "None"], |c| {
+            c.env.wandb_name.as_deref() == Some("my-env")
+        }),
+        (&["process", "--env.system_prompt", "be brief"], |c| {
+            c.env.system_prompt.as_deref() == Some("be brief")
+        }),
+        (&["process", "--env.eval_handling", "LIMIT_TRAIN"], |c| {
+            c.env.eval_handling == EvalHandling::LimitTrain
+        }),
+        (
+            &["process", "--env.enabled_toolsets", "terminal,file"],
+            |c| c.env.enabled_toolsets == Some(vec!["terminal".into(), "file".into()]),
+        ),
+        (&["process", "--env.enabled_toolsets", r#"["file"]"#], |c| {
+            c.env.enabled_toolsets == Some(vec!["file".into()])
+        }),
+        (
+            &[
+                "process",
+                "--env.extra_body",
+                r#"{"provider": {"order": ["a"]}}"#,
+            ],
+            |c| c.env.extra_body.as_ref().unwrap()["provider"]["order"][0] == "a",
+        ),
+        (
+            &[
+                "process",
+                "--openai.base_url",
+                "http://h:1/v1",
+                "--openai.model_name",
+                "M",
+            ],
+            |c| {
+                c.servers.len() == 1
+                    && c.servers[0].base_url.as_deref() == Some("http://h:1/v1")
+                    && c.servers[0].model_name == "M"
+            },
+        ),
+        (
+            &[
+                "process",
+                "--openai.server_type",
+                "vllm",
+                "--openai.health_check",
+                "false",
+            ],
+            |c| c.servers[0].server_type == ServerType::Vllm && !c.servers[0].health_check,
+        ),
+        (
+            &["process", "--env.group_size", "2", "--env.group_size", "5"],
+            |c| c.env.group_size == 5,
+        ),
+    ];
+    for (args, check) in cases {
+        let cfg = run(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(check(&cfg), "{args:?} resolved to {:?}", cfg.env_map);
+    }
+}
+
+#[test]
+fn mode_defaults_and_upstream_fixes() {
+    let c = run(&["process"]).unwrap();
+    assert_eq!(c.mode, Mode::Process);
+    assert_eq!(c.env.group_size, 8, "the environment's own default");
+    assert!(!c.env.ensure_scores_are_not_same && c.env.include_messages && c.env.use_wandb);
+    assert_eq!(
+        c.env.data_path_to_save_groups.as_deref(),
+        Some("data/my-env.jsonl")
+    );
+    assert_eq!(
+        c.env.wandb_name.as_deref(),
+        Some("my-env"),
+        "wandb_name defaults to the env name (upstream bug fixed)"
+    );
+
+    let c = run(&["evaluate"]).unwrap();
+    assert!(
+        c.env.ensure_scores_are_not_same,
+        "process-mode overrides do not apply to evaluate"
+    );
+    assert_eq!(c.env.data_path_to_save_groups, None);
+}
+
+#[test]
+fn precedence_is_defaults_then_yaml_then_flags() {
+    let f = yaml("env:\n  group_size: 12\n  total_steps: '30'\nopenai:\n  model_name: yaml-model\n  server_type: sglang\ntesting: true\n");
+    let path = f.path().to_str().unwrap();
+    let c = run(&["process", "--config", path]).unwrap();
+    assert_eq!((c.env.group_size, c.env.total_steps), (12, 30));
+    assert_eq!(
+        (c.servers[0].model_name.as_str(), c.servers[0].server_type),
+        ("yaml-model", ServerType::Sglang)
+    );
+    assert!(c.manager.testing);
+
+    let c = run(&[
+        "process",
+        "--config",
+        path,
+        "--env.group_size",
+        "3",
+        "--openai.model_name",
+        "cli-model",
+        "--testing",
+        "false",
+    ])
+    .unwrap();
+    assert_eq!(c.env.group_size, 3);
+    assert_eq!(
+        (c.servers[0].model_name.as_str(), c.servers[0].server_type),
+        ("cli-model", ServerType::Sglang)
+    );
+    assert!(!c.manager.testing);
+}
+
+#[test]
+fn yaml_server_lists() {
+    let two = yaml("openai:\n  - model_name: a\n    base_url: http://x:1/v1\n  - model_name: b\n    base_url: http://x:2/v1\n");
+    let c = run(&["process", "--config", two.path().to_str().unwrap()]).unwrap();
+    let names: Vec<&str> = c.servers.iter().map(|s| s.model_name.as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+    let err = run(&[
+        "process",
+        "--config",
+        two.path().to_str().unwrap(),
+        "--openai.model_name",
+        "c",
+    ])
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cannot be combined with a YAML openai: list of 2 servers"),
+        "{err}"
+    );
+
+    let one = yaml("openai:\n  - model_name: only\n");
+    let c = run(&[
+        "process",
+        "--config",
+        one.path().to_str().unwrap(),
+        "--openai.timeout",
+        "5",
+    ])
+    .unwrap();
+    assert_eq!(
+        (
+            c.servers.len(),
+            c.servers[0].model_name.as_str(),
+            c.servers[0].timeout
+        ),
+        (1, "only", 5)
+    );
+}
+
+#[test]
+fn bad_input_is_a_one_line_error() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["process", "--env.group_sise", "3"],
+            "a similar argument exists: '--env.group_size'",
+        ),
+        (
+            &["process", "--env.group_size", "many"],
+            "invalid value 'many' for '--env.group_size <INT>': expected an integer",
+        ),
+        (
+            &["process", "--env.use_wandb", "maybe"],
+            "expected true or false",
+        ),
+        (
+            &["process", "--env.eval_handling", "SOMETIMES"],
+            "expected one of STOP_TRAIN, LIMIT_TRAIN, NONE",
+        ),
+        (&["proces"], "unrecognized subcommand 'proces'"),
+        (
+            &["process", "--env.group_size", "0"],
+            "env.group_size: must be at least 1",
+        ),
+        (
+            &["process", "--env.reasoning_effort", "extreme"],
+            "env.reasoning_effort: expected one of none",
+        ),
+        (
+            &["process", "--config", "/nonexistent/cfg.yaml"],
+            "cannot read /nonexistent/cfg.yaml",
+        ),
+    ];
+    for (args, needle) in cases {
+        let err = run(args)
+            .expect_err(&format!("{args:?} must fail"))
+            .to_string();
+        assert!(
+            !err.contains('\n'),
+            "{args:?}: error must be one line: {err:?}"
+        );
+        assert!(
+            err.contains(needle),
+            "{args:?}: {err:?} does not mention {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_yaml_names_the_file_and_line() {
+    let broken = yaml("env:\n  group_size: 3\n   total_steps: 4\n");
+    let err = run(&["process", "--config", broken.path().to_str().unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 3"), "{err}");
+    assert!(!err.contains('\n'));
+
+    let typed = yaml("env:\n  total_steps: 3\n  group_size: lots\n");
+    let err = run(&["process", "--config", typed.path().to_str().unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 3: env.group_size: expected an integer, got 'lots'"),
+        "{err}"
+    );
+
+    let unknown = yaml("env:\n  group_sise: 3\nopenia: {}\n");
+    let c = run(&["process", "--config", unknown.path().to_str().unwrap()]).unwrap();
+    assert!(
+        c.warnings[0].contains("unknown key env.group_sise ignored (did you mean 'group_size'?)"),
+        "{:?}",
+        c.warnings
+    );
+    assert!(
+        c.warnings[1].contains("unknown top-level key 'openia' ignored (did you mean 'openai'?)")
+    );
+}
+
+#[test]
+fn help_lists_every_flag_with_its_default() {
+    let desc = descriptor();
+    let Ok(Invocation::Print(help)) = parse("my-env", &desc, ["my-env", "process", "--help"])
+    else {
+        panic!("--help must print help");
+    };
+    for field in desc.env_fields() {
+        assert!(
+            help.contains(&format!("--env.{}", field.name)),
+            "missing --env.{}",
+            field.name
+        );
+    }
+    for flag in [
+        "--openai.base_url",
+        "--openai.api_key",
+        "--config",
+        "--testing",
+        "--slurm",
+    ] {
+        assert!(help.contains(flag), "missing {flag}");
+    }
+    assert!(
+        help.contains("Rollouts per group (one group per item). [default: 8]"),
+        "env defaults are shown"
+    );
+}
+
+#[test]
+fn readme_documents_every_flag() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for field in <HermesEnvConfig as ConfigSection>::fields()
+        .iter()
+        .map(|f| f.name)
+    {
+        assert!(
+            readme.contains(&format!("| `--env.{field}` |")),
+            "README lacks --env.{field}"
+        );
+    }
+    for field in <hermes_env::config::ApiServerConfig as ConfigSection>::fields()
+        .iter()
+        .map(|f| f.name)
+    {
+        assert!(
+            readme.contains(&format!("| `--openai.{field}` |")),
+            "README lacks --openai.{field}"
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_env::agent::{AgentLoop, AgentResult, AgentSettings};
+use hermes_env::config::ApiServerConfig;
+use hermes_env::llm::{LlmClient, Message, RetryPolicy, Split};
+use hermes_env::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
+use hermes_env::testing::{Policy, ScriptedServer};
+use hermes_env::tools::{ToolRegistry, ToolSet};
+use tokio::sync::Semaphore;
+
+/// A client for one server with fast retries (3 attempts, ≤ 20 ms backoff).
+pub fn client(base_url: &str) -> LlmClient {
+    let config = ApiServerConfig {
+        base_url: Some(base_url.to_owned()),
+        ..Default::default()
+    };
+    let retry = RetryPolicy {
+        attempts: 3,
+        base: Duration::from_millis(10),
+        cap: Duration::from_millis(20),
+    };
+    LlmClient::new(&[config], 8, retry).expect("client")
+}
+
+/// The built-in tools.
+pub fn all_tools() -> ToolSet {
+    ToolRegistry::builtin()
+        .resolve(None, None)
+        .expect("builtin toolsets")
+        .0
+}
+
+/// A scripted server, a local sandbox and the agent loop wired together.
+pub struct Harness {
+    pub server: ScriptedServer,
+    pub llm: LlmClient,
+    pub tools: ToolSet,
+    pub provider: Arc<LocalProvider>,
+    pub sandbox: Arc<TaskSandbox>,
+    pub permits: Semaphore,
+    pub settings: AgentSettings,
+}
+
+impl Harness {
+    pub async fn new(policy: impl Policy) -> Self {
+        let server = ScriptedServer::start(policy).await.expect("server");
+        let llm = client(&server.base_url());
+        let provider = Arc::new(LocalProvider::new().expect("local provider"));
+        let dynamic: Arc<dyn SandboxProvider> = provider.clone();
+        Harness {
+            llm,
+            tools: all_tools(),
+            sandbox: Arc::new(TaskSandbox::new("task-1", dynamic)),
+            provider,
+            server,
+            permits: Semaphore::new(4),
+            settings: AgentSettings {
+                max_turns: 5,
+                temperature: 1.0,
+                max_tokens: Some(256),
+                extra_body: Default::default(),
+                split: Split::Train,
+                terminal_timeout: Duration::from_secs(20),
+            },
+        }
+    }
+
+    pub async fn run(&self, prompt: &str) -> AgentResult {
+        AgentLoop {
+            llm: &self.llm,
+            tools: &self.tools,
+            sandbox: &self.sandbox,
+            tool_permits: &self.permits,
+            settings: &self.settings,
+        }
+        .run(vec![Message::user(prompt)])
+        .await
+    }
+}
+
+/// The example binary built by `cargo test` (examples are built before tests run).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target profile dir");
+    let bin = dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "example binary {} is missing: run the tests with `cargo test`, which builds the examples first",
+        bin.display()
+    );
+    bin
+}
+
+/// A Python with `atroposlib==0.4.0` installed, for conformance checks against Atropos's own
+/// models. Uses `HERMES_ATROPOS_PYTHON` when set; otherwise creates (once, under a lock) a
+/// virtualenv in the target directory and installs the package from PyPI. Fails with a clear
+/// message when Python or the package cannot be had.
+pub fn atropos_python() -> PathBuf {
+    if let Ok(p) = std::env::var("HERMES_ATROPOS_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+    let venv = target.join("atropos-venv");
+    let python = venv.join("bin/python");
+    let lock = std::fs::File::create(target.join("atropos-venv.lock")).expect("lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` is dropped.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    let ready = || {
+        std::process::Command::new(&python)
+            .args(["-c", "import atroposlib.api.server"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready() {
+        let step = |program: &std::path::Path, args: &[&str]| {
+            let out = std::process::Command::new(program).args(args).output().unwrap_or_else(|e| {
+                panic!("this test needs Python 3 with pip to install atroposlib==0.4.0: cannot run {}: {e}", program.display())
+            });
+            assert!(
+                out.status.success(),
+                "this test needs atroposlib==0.4.0 (Atropos's own models): `{} {}` failed:\n{}",
+                program.display(),
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        step(
+            std::path::Path::new("python3"),
+            &["-m", "venv", venv.to_str().unwrap()],
+        );
+        step(
+            &venv.join("bin/pip"),
+            &["install", "--quiet", "atroposlib==0.4.0"],
+        );
+    }
+    drop(lock);
+    python
+}

@@ -1,0 +1,181 @@
+//! The local sandbox backend: output capping, timeout kill of the whole process group,
+//! background processes that keep the pipe open, binary-safe files, isolation, teardown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_env::sandbox::{ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider};
+
+async fn sandbox(provider: &LocalProvider, task: &str) -> Arc<dyn Sandbox> {
+    provider.create(task).await.expect("create sandbox")
+}
+
+fn req(command: &str, secs: u64) -> ExecRequest {
+    ExecRequest::new(command, Duration::from_secs(secs))
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); check /proc state too.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.split_whitespace().nth(2).is_some_and(|s| s == "Z"),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_are_interleaved_and_exit_codes_kept() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    let out = s
+        .exec(req("echo one; echo two >&2; echo three; exit 7", 10))
+        .await
+        .unwrap();
+    assert_eq!(out.output, "one\ntwo\nthree\n");
+    assert_eq!(out.exit_code, 7);
+    assert!(!out.timed_out);
+}
+
+#[tokio::test]
+async fn huge_output_is_capped_to_40_percent_head_and_60_percent_tail() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    // 2,000,000 characters; only 50,000 are kept.
+    let out = s
+        .exec(req("head -c 2000000 /dev/zero | tr '\\0' 'x'", 30))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    let marker = "\n\n... [OUTPUT TRUNCATED - 1950000 chars omitted out of 2000000 total] ...\n\n";
+    assert!(out.output.contains(marker));
+    assert_eq!(out.output.len(), 50_000 + marker.len());
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_process_group_and_reports_124() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    let out = s
+        .exec(req(
+            "sleep 1000 & echo $! > child.pid; echo started; sleep 1000",
+            1,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 124);
+    assert!(out.timed_out);
+    assert_eq!(out.output, "started\n\n[Command timed out after 1s]");
+    let pid: i32 = String::from_utf8(s.read_file("child.pid").await.unwrap())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for _ in 0..50 {
+        if !process_alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !process_alive(pid),
+        "the background `sleep 1000` child must be killed with its group"
+    );
+    let again = s.exec(req("echo still usable", 5)).await.unwrap();
+    assert_eq!(again.output, "still usable\n");
+}
+
+#[tokio::test]
+async fn a_daemon_left_running_does_not_hang_the_call() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    let out = s
+        .exec(req("sleep 300 & echo $! > d.pid; echo launched", 60))
+        .await
+        .unwrap();
+    assert!(
+        !out.timed_out,
+        "the call must return when the shell exits, not when the daemon closes the pipe"
+    );
+    assert_eq!((out.exit_code, out.output.as_str()), (0, "launched\n"));
+    let pid: i32 = String::from_utf8(s.read_file("d.pid").await.unwrap())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(process_alive(pid));
+    s.teardown().await.unwrap();
+    for _ in 0..50 {
+        if !process_alive(pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !process_alive(pid),
+        "teardown kills what the task left running"
+    );
+}
+
+#[tokio::test]
+async fn files_are_binary_safe_and_atomic_with_parent_dirs() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    let every_byte: Vec<u8> = (0..=255u8).cycle().take(256 * 64).collect();
+    assert!(
+        s.write_file("~/deep/dir/bin.dat", &every_byte)
+            .await
+            .unwrap(),
+        "parent dirs were created"
+    );
+    assert_eq!(s.read_file("deep/dir/bin.dat").await.unwrap(), every_byte);
+    assert!(!s.write_file("deep/dir/bin.dat", b"v2").await.unwrap());
+    let listing = s.exec(req("ls -A deep/dir", 5)).await.unwrap();
+    assert_eq!(listing.output, "bin.dat\n", "no temp files are left behind");
+    assert!(matches!(
+        s.read_file("missing.txt").await,
+        Err(SandboxError::NotFound(_))
+    ));
+    assert!(matches!(
+        s.read_file("deep").await,
+        Err(SandboxError::IsDirectory(_))
+    ));
+}
+
+#[tokio::test]
+async fn tasks_are_isolated_and_home_is_the_task_directory() {
+    let p = LocalProvider::new().unwrap();
+    let (a, b) = (sandbox(&p, "a").await, sandbox(&p, "b").await);
+    a.exec(req("echo secret > ~/mine.txt", 5)).await.unwrap();
+    let seen = b.exec(req("cat ~/mine.txt", 5)).await.unwrap();
+    assert_ne!(seen.exit_code, 0);
+    let home = a.exec(req("cd ~ && pwd -P", 5)).await.unwrap();
+    assert_eq!(
+        home.output.trim(),
+        std::fs::canonicalize(a.workdir())
+            .unwrap()
+            .to_string_lossy()
+    );
+}
+
+#[tokio::test]
+async fn teardown_removes_the_directory_and_later_use_is_an_infra_error() {
+    let p = LocalProvider::new().unwrap();
+    let s = sandbox(&p, "a").await;
+    let dir = std::path::PathBuf::from(s.workdir());
+    s.write_file("f", b"x").await.unwrap();
+    s.teardown().await.unwrap();
+    s.teardown().await.unwrap();
+    assert!(!dir.exists());
+    let err = s.exec(req("true", 5)).await.unwrap_err();
+    assert!(err.is_infra(), "{err}");
+}
+
+#[tokio::test]
+async fn dropping_the_provider_removes_every_task_directory() {
+    let p = LocalProvider::new().unwrap();
+    let root = p.root().to_owned();
+    let s = sandbox(&p, "a").await;
+    s.write_file("f", b"x").await.unwrap();
+    drop(s);
+    drop(p);
+    assert!(!root.exists());
+}

@@ -1,0 +1,33 @@
+use hermes_env::prelude::*;
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct Task {
+    prompt: String,
+}
+
+#[hermes_env]
+pub struct MyEnv {
+    /// The current task.
+    #[config]
+    current: Task,
+}
+
+#[hermes_env::hooks]
+impl MyEnv {
+    async fn get_next_item(&mut self) -> Option<u32> {
+        None
+    }
+
+    fn format_prompt(&self, item: &u32) -> String {
+        item.to_string()
+    }
+
+    async fn compute_reward(
+        &self,
+        _item: &u32,
+        _run: &AgentResult,
+        _ctx: &ToolContext,
+    ) -> Result<f64> {
+        Ok(1.0)
+    }
+}

@@ -1,0 +1,7 @@
+use hermes_env::prelude::*;
+
+#[hermes_env]
+pub enum MyEnv {
+    Easy,
+    Hard,
+}
