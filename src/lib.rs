@@ -24,6 +24,8 @@
 //! `main`; the `hooks` attribute checks hook names and signatures and implements
 //! [`Environment`].
 
+#![warn(missing_docs)]
+
 pub use hermes_macros::{hermes_env, hooks};
 pub use hermes_runtime::agent::{AgentResult, ToolError};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};

@@ -20,7 +20,7 @@ fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     let desc = descriptor();
     let argv = std::iter::once("my-env").chain(args.iter().copied());
     match parse("my-env", &desc, argv)? {
-        Invocation::Run(mode, flags) => resolve(&desc, mode, flags),
+        Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
         Invocation::Print(text) => panic!("unexpected help output: {text}"),
     }
 }

@@ -17,7 +17,7 @@ fn req(command: &str, secs: u64) -> ExecRequest {
 fn process_alive(pid: i32) -> bool {
     // A zombie still answers kill(0); check /proc state too.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.split_whitespace().nth(2).is_some_and(|s| s == "Z"),
+        Ok(stat) => stat.split_whitespace().nth(2).is_none_or(|s| s != "Z"),
         Err(_) => false,
     }
 }

@@ -105,7 +105,7 @@ pub fn parse_config<E: EnvDefinition>(
             print!("{text}");
             Ok(None)
         }
-        Invocation::Run(mode, flags) => resolve(&desc, mode, flags).map(Some),
+        Invocation::Run(mode, flags) => resolve(&desc, mode, *flags).map(Some),
     }
 }
 

@@ -4,6 +4,8 @@
 //! [`agent::AgentResult`] → reward through [`context::ToolContext`] → [`atropos::ScoredDataGroup`]
 //! → JSONL / metrics.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod app;
 pub mod atropos;

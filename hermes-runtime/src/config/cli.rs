@@ -16,7 +16,7 @@ use super::{ApiServerConfig, ConfigError, ConfigSection};
 #[derive(Debug)]
 pub enum Invocation {
     /// Run an Atropos mode with these flag values.
-    Run(Mode, FlagValues),
+    Run(Mode, Box<FlagValues>),
     /// Print this text (help) and exit successfully.
     Print(String),
 }
@@ -215,5 +215,5 @@ where
         manager: collect(sub, "", &manager_fields()),
         config_file: sub.get_one::<PathBuf>("config").cloned(),
     };
-    Ok(Invocation::Run(mode, values))
+    Ok(Invocation::Run(mode, Box::new(values)))
 }
