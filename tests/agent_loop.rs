@@ -256,3 +256,22 @@ async fn timeouts_are_tool_errors_with_exit_124() {
         .ends_with("[Command timed out after 1s]"));
     assert_eq!(r.tool_errors.len(), 1);
 }
+
+#[tokio::test]
+async fn raw_hermes_markup_in_content_is_parsed_as_tool_calls() {
+    let h = Harness::new(Script::new([
+        Reply::text(r#"Checking.<tool_call>{"name": "terminal", "arguments": {"command": "echo hi"}}</tool_call>"#),
+        Reply::text("done"),
+    ]))
+    .await;
+    let r = h.run("x").await;
+    assert_eq!(r.messages[1].content, "Checking.");
+    assert_eq!(
+        r.messages[1].tool_calls.as_ref().unwrap()[0].function.name,
+        "terminal"
+    );
+    assert_eq!(
+        r.messages[2].content,
+        r#"{"output": "hi", "exit_code": 0, "error": null}"#
+    );
+}

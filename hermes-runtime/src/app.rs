@@ -28,8 +28,8 @@ pub fn main<E: Environment>() -> ExitCode {
         .and_then(|a| std::path::Path::new(a).file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| E::descriptor().name.to_owned());
-    let cfg = match parse_config::<E>(&bin, args) {
-        Ok(Some(cfg)) => cfg,
+    let invocation = match parse_invocation::<E>(&bin, args) {
+        Ok(Some(invocation)) => invocation,
         Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -47,8 +47,16 @@ pub fn main<E: Environment>() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async {
+        let work = async {
+            match invocation {
+                Resolved::Run(cfg) => execute::<E>(*cfg).await,
+                Resolved::Utility(name, matches) => {
+                    crate::commands::run::<E>(&name, &matches).await
+                }
+            }
+        };
         tokio::select! {
-            result = execute::<E>(cfg) => Some(result),
+            result = work => Some(result),
             () = shutdown_signal() => None,
         }
     });
@@ -94,18 +102,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// What to do after parsing: run a mode with a resolved config, or a utility subcommand.
+pub enum Resolved {
+    /// Run an Atropos mode.
+    Run(Box<ResolvedConfig>),
+    /// Run a utility subcommand with its arguments.
+    Utility(String, Box<clap::ArgMatches>),
+}
+
 /// Parses and resolves the command line; `Ok(None)` when help was printed.
-pub fn parse_config<E: EnvDefinition>(
+pub fn parse_invocation<E: EnvDefinition>(
     bin: &str,
     args: Vec<OsString>,
-) -> Result<Option<ResolvedConfig>, crate::config::ConfigError> {
+) -> Result<Option<Resolved>, crate::config::ConfigError> {
     let desc = E::descriptor();
     match parse(bin, &desc, args)? {
         Invocation::Print(text) => {
             print!("{text}");
             Ok(None)
         }
-        Invocation::Run(mode, flags) => resolve(&desc, mode, *flags).map(Some),
+        Invocation::Run(mode, flags) => {
+            resolve(&desc, mode, *flags).map(|c| Some(Resolved::Run(Box::new(c))))
+        }
+        Invocation::Utility(name, matches) => Ok(Some(Resolved::Utility(name, matches))),
     }
 }
 

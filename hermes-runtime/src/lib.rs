@@ -9,11 +9,13 @@
 pub mod agent;
 pub mod app;
 pub mod atropos;
+pub mod commands;
 pub mod config;
 pub mod context;
 pub mod env;
 pub mod llm;
 pub mod modes;
+pub mod parsers;
 pub mod sandbox;
 pub mod testing;
 pub mod tools;

@@ -12,6 +12,7 @@ use tracing::{debug, warn, Instrument};
 use super::result::{clip, panic_message, AgentResult, ToolError};
 use crate::atropos::json::to_python_string;
 use crate::llm::{new_call_id, ChatRequest, LlmClient, Message, Split, ToolCall};
+use crate::parsers::{HermesParser, ToolCallParser};
 use crate::sandbox::TaskSandbox;
 use crate::tools::{unknown_tool_message, ToolCallContext, ToolSet};
 
@@ -93,11 +94,20 @@ impl AgentLoop<'_> {
             let message = choice.message;
             let reasoning = message.reasoning_text();
             result.reasoning_per_turn.push(reasoning.clone());
-            let calls: Vec<ToolCall> = message.tool_calls.clone().unwrap_or_default();
+            let mut content = message.content;
+            let mut calls: Vec<ToolCall> = message.tool_calls.unwrap_or_default();
+            if calls.is_empty() && !schemas.is_empty() && content.contains("<tool_call>") {
+                // Servers without a tool parser return the model's raw Hermes markup.
+                let parsed = HermesParser.parse(&content);
+                if !parsed.calls.is_empty() {
+                    calls = parsed.calls;
+                    content = parsed.content.unwrap_or_default();
+                }
+            }
             if calls.is_empty() {
                 result.messages.push(Message {
                     reasoning_content: reasoning,
-                    ..Message::assistant(message.content)
+                    ..Message::assistant(content)
                 });
                 result.finished_naturally = true;
                 return result;
@@ -114,7 +124,7 @@ impl AgentLoop<'_> {
             result.messages.push(Message {
                 tool_calls: Some(calls.clone()),
                 reasoning_content: reasoning,
-                ..Message::assistant(message.content)
+                ..Message::assistant(content)
             });
             for call in &calls {
                 let content = self

@@ -19,6 +19,8 @@ pub enum Invocation {
     Run(Mode, Box<FlagValues>),
     /// Print this text (help) and exit successfully.
     Print(String),
+    /// Run a utility subcommand (see [`crate::commands`]) with its parsed arguments.
+    Utility(String, Box<ArgMatches>),
 }
 
 const MODES: [(Mode, &str); 3] = [
@@ -128,6 +130,9 @@ pub fn command(bin: &str, desc: &EnvDescriptor) -> Command {
     for (mode, about) in MODES {
         cmd = cmd.subcommand(mode_command(desc, mode, about).args_override_self(true));
     }
+    for utility in crate::commands::definitions() {
+        cmd = cmd.subcommand(utility);
+    }
     cmd
 }
 
@@ -204,11 +209,9 @@ where
         }
     };
     let (name, sub) = matches.subcommand().expect("a subcommand is required");
-    let mode = MODES
-        .iter()
-        .map(|(m, _)| *m)
-        .find(|m| m.as_str() == name)
-        .expect("clap only accepts known subcommands");
+    let Some(mode) = MODES.iter().map(|(m, _)| *m).find(|m| m.as_str() == name) else {
+        return Ok(Invocation::Utility(name.to_owned(), Box::new(sub.clone())));
+    };
     let values = FlagValues {
         env: collect(sub, "env", &desc.env_fields()),
         openai: collect(sub, "openai", &ApiServerConfig::fields()),

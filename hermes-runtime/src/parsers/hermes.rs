@@ -1,0 +1,180 @@
+//! The `hermes` / `qwen` format: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, with a
+//! trailing unclosed block accepted (truncated generation).
+
+use serde_json::{Map, Value};
+
+use super::{Parsed, ToolCallParser};
+use crate::atropos::json::to_python_string;
+use crate::llm::ToolCall;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// Parser for Hermes / Qwen style tool calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HermesParser;
+
+/// The `"name": "…"` value of a broken JSON body, if one can be read.
+fn salvage_name(body: &str) -> String {
+    let Some(at) = body.find("\"name\"") else {
+        return String::new();
+    };
+    let rest = body[at + 6..].trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return String::new();
+    };
+    let rest = rest.trim_start();
+    let Some(rest) = rest.strip_prefix('"') else {
+        return String::new();
+    };
+    rest.split('"').next().unwrap_or("").to_owned()
+}
+
+/// One call from a block body: valid JSON gives name + serialised arguments; anything else
+/// keeps the salvaged name and the raw body as arguments, which the loop reports as invalid.
+fn call_from_body(body: &str) -> ToolCall {
+    let parsed: Option<Map<String, Value>> = serde_json::from_str(body).ok();
+    match parsed {
+        Some(obj) if obj.get("name").is_some_and(Value::is_string) => {
+            let name = obj["name"].as_str().unwrap_or_default();
+            let arguments = match obj.get("arguments").or_else(|| obj.get("parameters")) {
+                None | Some(Value::Null) => "{}".to_owned(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => to_python_string(v),
+            };
+            ToolCall::new(name, arguments)
+        }
+        _ => ToolCall::new(salvage_name(body), body),
+    }
+}
+
+impl ToolCallParser for HermesParser {
+    fn parse(&self, text: &str) -> Parsed {
+        let mut calls = Vec::new();
+        let mut content = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(OPEN) {
+            content.push_str(&rest[..start]);
+            let after = &rest[start + OPEN.len()..];
+            let (body, next) = match after.find(CLOSE) {
+                Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
+                None => (after, ""),
+            };
+            let body = body.trim();
+            if !body.is_empty() {
+                calls.push(call_from_body(body));
+            }
+            rest = next;
+        }
+        content.push_str(rest);
+        let content = content.trim();
+        Parsed {
+            content: (!content.is_empty()).then(|| content.to_owned()),
+            calls,
+        }
+    }
+
+    fn render(&self, content: &str, calls: &[ToolCall]) -> String {
+        let mut lines: Vec<String> = Vec::new();
+        if !content.is_empty() {
+            lines.push(content.to_owned());
+        }
+        for call in calls {
+            let arguments = serde_json::from_str::<Value>(&call.function.arguments)
+                .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+            let mut obj = Map::new();
+            obj.insert("name".into(), Value::String(call.function.name.clone()));
+            obj.insert("arguments".into(), arguments);
+            lines.push(format!("{OPEN}{}{CLOSE}", to_python_string(&obj)));
+        }
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names_and_args(p: &Parsed) -> Vec<(String, String)> {
+        p.calls
+            .iter()
+            .map(|c| (c.function.name.clone(), c.function.arguments.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn spec_example() {
+        let p = HermesParser.parse(r#"Let me check.<tool_call>{"name":"terminal","arguments":{"command":"ls"}}</tool_call>"#);
+        assert_eq!(p.content.as_deref(), Some("Let me check."));
+        assert_eq!(
+            names_and_args(&p),
+            [("terminal".into(), r#"{"command": "ls"}"#.into())]
+        );
+    }
+
+    #[test]
+    fn multiple_calls_text_between_and_after_and_an_unclosed_tail() {
+        let text = "a<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call> b <tool_call>{\"name\": \"y\", \"arguments\": {\"k\": \"é\"}}";
+        let p = HermesParser.parse(text);
+        assert_eq!(p.content.as_deref(), Some("a b"));
+        assert_eq!(
+            names_and_args(&p),
+            [
+                ("x".into(), "{}".into()),
+                ("y".into(), r#"{"k": "é"}"#.into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_malformed_call_is_kept_next_to_valid_ones() {
+        let text = r#"<tool_call>{"name": "terminal", "arguments": {"command": "ls"</tool_call><tool_call>{"name": "read_file", "arguments": {"path": "a"}}</tool_call>"#;
+        let p = HermesParser.parse(text);
+        assert_eq!(p.calls.len(), 2);
+        assert_eq!(p.calls[0].function.name, "terminal");
+        assert!(serde_json::from_str::<Value>(&p.calls[0].function.arguments).is_err());
+        assert_eq!(p.calls[1].function.arguments, r#"{"path": "a"}"#);
+    }
+
+    #[test]
+    fn plain_text_and_garbage_never_panic() {
+        for text in [
+            "",
+            "no calls",
+            "<tool_call>",
+            "<tool_call></tool_call>",
+            "</tool_call>",
+            "<tool_call>{\"name\":",
+            "<tool_call>\u{0}\u{ffff}",
+        ] {
+            let p = HermesParser.parse(text);
+            assert!(p.calls.len() <= 1, "{text:?}");
+        }
+        assert_eq!(
+            HermesParser.parse("hello").content.as_deref(),
+            Some("hello")
+        );
+    }
+
+    #[test]
+    fn render_then_parse_round_trips() {
+        let calls = vec![
+            ToolCall::new("terminal", r#"{"command": "ls -la"}"#),
+            ToolCall::new("read_file", r#"{"path": "ü.txt"}"#),
+        ];
+        let text = HermesParser.render("thinking", &calls);
+        assert_eq!(
+            text,
+            "thinking\n<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls -la\"}}</tool_call>\n<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"ü.txt\"}}</tool_call>"
+        );
+        let p = HermesParser.parse(&text);
+        assert_eq!(p.content.as_deref(), Some("thinking"));
+        assert_eq!(
+            names_and_args(&p),
+            calls
+                .iter()
+                .map(|c| (c.function.name.clone(), c.function.arguments.clone()))
+                .collect::<Vec<_>>()
+        );
+    }
+}
