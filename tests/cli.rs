@@ -22,6 +22,7 @@ fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     match parse("my-env", &desc, argv)? {
         Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
         Invocation::Print(text) => panic!("unexpected help output: {text}"),
+        Invocation::Utility(name, _) => panic!("unexpected utility subcommand {name}"),
     }
 }
 
