@@ -395,10 +395,14 @@ async fn own_config_fields_are_flags_with_help() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigint_mid_run_removes_every_sandbox() {
-    let server = ScriptedServer::start(|_: &Value| {
+    // A unique duration tells this test's agent commands apart from any other `sleep`.
+    let seconds = 100_000_000 + std::process::id() % 1_000_000;
+    let command = format!("sleep {seconds}");
+    let pattern = format!("^{command}$");
+    let server = ScriptedServer::start(move |_: &Value| {
         Reply::tool(
             "terminal",
-            serde_json::json!({"command": "sleep 120", "timeout": 300}),
+            serde_json::json!({"command": command, "timeout": 300}),
         )
     })
     .await
@@ -457,14 +461,20 @@ async fn sigint_mid_run_removes_every_sandbox() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("hermes-env-"))
         .count();
     assert_eq!(leftover, 0, "the per-run sandbox root is removed");
-    let sleeps = std::process::Command::new("pgrep")
-        .args(["-f", "^sleep 120$"])
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&sleeps.stdout).trim().is_empty(),
-        "no agent command survives"
-    );
+    let survivors = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &pattern])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    for _ in 0..100 {
+        if survivors().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(survivors(), "", "no agent command survives");
 }
 
 /// Every JSONL line validates against `atroposlib.api.server.ScoredData` (atroposlib 0.4.0),
