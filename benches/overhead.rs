@@ -153,8 +153,10 @@ async fn main() -> anyhow::Result<()> {
                 .map_err(anyhow::Error::msg)?
                 .0,
         ),
+        distribution: None,
         tool_permits: tokio::sync::Semaphore::new(128),
         references: None,
+        tokens: Default::default(),
     };
     let env = <Bench as hermes_env::EnvDefinition>::from_config(config, Default::default());
     let url = format!("{}/chat/completions", server.base_url());

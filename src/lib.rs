@@ -34,15 +34,18 @@ pub use hermes_runtime::env::{
     RewardOutcome, ScoredRollout,
 };
 pub use hermes_runtime::llm::Message;
+pub use hermes_runtime::sandbox::SandboxSpec;
+pub use hermes_runtime::schemars;
 pub use hermes_runtime::{
-    agent, atropos, config, context, env, llm, modes, sandbox, testing, tools,
+    agent, app, atropos, commands, config, context, env, llm, modes, parsers, progress, sandbox,
+    testing, tools, wandb,
 };
 
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.
 pub mod prelude {
     pub use crate::{
         hermes_env, AgentResult, Environment, EvalSample, Message, Metrics, ReferenceSolution,
-        ScoredRollout, TerminalOutput, ToolContext,
+        SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     pub use serde::{Deserialize, Serialize};

@@ -3,7 +3,9 @@
 mod common;
 
 use common::Harness;
-use hermes_env::testing::{Reply, Script};
+use hermes_env::llm::ToolCall;
+use hermes_env::testing::{RawTextPolicy, Reply, Script};
+use hermes_env::tools::ToolRegistry;
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -64,7 +66,17 @@ async fn tool_calls_run_in_the_sandbox_and_results_are_fed_back() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["read_file", "terminal", "write_file"]);
+    assert_eq!(
+        names,
+        [
+            "patch",
+            "process",
+            "read_file",
+            "search_files",
+            "terminal",
+            "write_file"
+        ]
+    );
     assert_eq!(
         requests[1]["messages"][1]["content"], "",
         "assistant tool-call turns are sent with \"\" content"
@@ -85,7 +97,7 @@ async fn unknown_tool_gets_an_error_listing_available_tools() {
     let r = h.run("search").await;
     assert_eq!(
         r.messages[2].content,
-        r#"{"error": "Unknown tool 'web_search'. Available tools: ['read_file', 'terminal', 'write_file']"}"#
+        r#"{"error": "Unknown tool 'web_search'. Available tools: ['patch', 'process', 'read_file', 'search_files', 'terminal', 'write_file']"}"#
     );
     assert_eq!(r.tool_errors.len(), 1);
     assert_eq!(r.tool_errors[0].error, "Unknown tool 'web_search'");
@@ -273,5 +285,133 @@ async fn raw_hermes_markup_in_content_is_parsed_as_tool_calls() {
     assert_eq!(
         r.messages[2].content,
         r#"{"output": "hi", "exit_code": 0, "error": null}"#
+    );
+}
+
+#[tokio::test]
+async fn raw_markup_of_every_parser_family_is_parsed_as_tool_calls() {
+    for name in hermes_env::parsers::names() {
+        let parser = hermes_env::parsers::get(name).unwrap();
+        let calls = [ToolCall::new("terminal", r#"{"command": "echo hi"}"#)];
+        let mut h = Harness::new(Script::new([
+            Reply::text(parser.render("Checking.", &calls)),
+            Reply::text("done"),
+        ]))
+        .await;
+        h.settings.tool_call_parser = name.to_owned();
+        let r = h.run("x").await;
+        assert_eq!(r.messages[1].content, "Checking.", "{name}");
+        assert_eq!(
+            r.messages[2].content, r#"{"output": "hi", "exit_code": 0, "error": null}"#,
+            "{name}"
+        );
+        assert!(r.finished_naturally, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn the_raw_text_policy_renders_tool_calls_into_content() {
+    let parser = hermes_env::parsers::get("kimi_k2").unwrap();
+    let script = Script::new([
+        Reply::tool("write_file", json!({"path": "~/k.txt", "content": "kimi"})),
+        Reply::text("ok"),
+    ]);
+    let mut h = Harness::new(RawTextPolicy::new(script, parser)).await;
+    h.settings.tool_call_parser = "kimi_k2".into();
+    let r = h.run("x").await;
+    let call = &r.messages[1].tool_calls.as_ref().unwrap()[0];
+    assert_eq!(call.id, "functions.write_file:0", "Kimi's raw ids are kept");
+    assert_eq!(
+        r.messages[2].content,
+        r#"{"bytes_written": 4, "dirs_created": false}"#
+    );
+    let raw = &h.server.requests()[1]["messages"][1];
+    assert_eq!(raw["tool_calls"][0]["function"]["name"], "write_file");
+}
+
+#[tokio::test]
+async fn todo_is_answered_from_the_rollout_store_and_memory_is_unavailable() {
+    let mut h = Harness::new(Script::new([
+        Reply::tool(
+            "todo",
+            json!({"todos": [{"id": "1", "content": "look", "status": "in_progress"}]}),
+        ),
+        Reply::tool(
+            "todo",
+            json!({"merge": true, "todos": [{"id": "1", "status": "completed"}]}),
+        )
+        .and_tool("memory", json!({"action": "read"})),
+        Reply::text("ok"),
+    ]))
+    .await;
+    h.tools = ToolRegistry::builtin()
+        .resolve(Some(&["todo".into(), "memory".into()]), None)
+        .unwrap()
+        .0;
+    let r = h.run("plan").await;
+    assert_eq!(
+        r.messages[2].content,
+        r#"{"todos": [{"id": "1", "content": "look", "status": "in_progress"}], "summary": {"total": 1, "pending": 0, "in_progress": 1, "completed": 0, "cancelled": 0}}"#
+    );
+    let merged: Value = serde_json::from_str(&r.messages[4].content).unwrap();
+    assert_eq!(merged["todos"][0]["status"], "completed");
+    assert_eq!(
+        r.messages[5].content,
+        r#"{"error": "Memory is not available in RL environments."}"#
+    );
+    assert_eq!(r.tool_errors.len(), 1);
+    assert!(
+        !h.sandbox.is_created(),
+        "todo and memory never touch the sandbox"
+    );
+}
+
+#[tokio::test]
+async fn oversized_results_are_saved_in_the_sandbox_with_a_preview() {
+    let mut h = Harness::new(Script::new([
+        Reply::tool("terminal", json!({"command": "seq 1 2000"})),
+        Reply::tool("terminal", json!({"command": "seq 1 300"}))
+            .and_tool("terminal", json!({"command": "seq 1 200"})),
+        Reply::text("ok"),
+    ]))
+    .await;
+    h.settings
+        .result_budget
+        .overrides
+        .insert("terminal".into(), 5000);
+    h.settings.result_budget.preview_chars = 100;
+    h.settings.result_budget.turn_chars = 2000;
+    let r = h.run("x").await;
+    let shown = &r.messages[2].content;
+    assert!(shown.starts_with("<persisted-output>\n"), "{shown}");
+    assert!(shown.ends_with("\n...\n</persisted-output>"), "{shown}");
+    let path = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("Full output saved to: "))
+        .unwrap();
+    let saved = h
+        .sandbox
+        .get()
+        .await
+        .unwrap()
+        .read_file(path)
+        .await
+        .unwrap();
+    let saved: Value = serde_json::from_slice(&saved).unwrap();
+    assert!(saved["output"].as_str().unwrap().ends_with("1999\n2000"));
+    assert!(shown.contains("Preview (first "), "{shown}");
+    // Turn budget: the two results (~1,440 + ~940 chars as JSON) exceed 2,000 together, so
+    // the larger one is saved and the smaller one is shown.
+    let first = &r.messages[4].content;
+    let second = &r.messages[5].content;
+    assert!(first.starts_with("<persisted-output>"), "{first}");
+    assert!(second.starts_with("{\"output\": \"1\\n2"), "{second}");
+    let sandbox = std::sync::Arc::clone(h.sandbox.get().await.unwrap());
+    hermes_env::tools::cleanup_processes(sandbox.as_ref())
+        .await
+        .unwrap();
+    assert!(
+        sandbox.read_file(path).await.is_err(),
+        "saved results are removed with the tool state"
     );
 }

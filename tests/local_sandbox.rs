@@ -4,10 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_env::sandbox::{ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider};
+use hermes_env::sandbox::{
+    ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+};
 
 async fn sandbox(provider: &LocalProvider, task: &str) -> Arc<dyn Sandbox> {
-    provider.create(task).await.expect("create sandbox")
+    provider
+        .create(task, &SandboxSpec::default())
+        .await
+        .expect("create sandbox")
 }
 
 fn req(command: &str, secs: u64) -> ExecRequest {

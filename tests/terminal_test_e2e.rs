@@ -121,7 +121,8 @@ async fn process_testing_writes_groups_with_reference_rewards_and_a_viewer() {
     }
     let html = std::fs::read_to_string(tmp.path().join("data/terminal-test.html")).unwrap();
     assert!(
-        html.contains("5 groups") && html.contains("Reward: 1") && html.contains("→ write_file(")
+        html.contains("5 groups, 15 rollouts") && html.contains(r#""name": "write_file""#),
+        "the viewer embeds every group (rendering is tested in tests/viewer.rs)"
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -348,7 +349,7 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
         ),
         (
             &["serve", "--testing", "true"],
-            "serve mode is not available yet",
+            "serve needs trainable tokens",
         ),
         (&["process"], "--openai.base_url is not set"),
         (
@@ -359,7 +360,7 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
                 "--env.terminal_backend",
                 "modal",
             ],
-            "terminal_backend 'modal' is not supported yet",
+            "terminal_backend 'modal' is not supported",
         ),
         (
             &[

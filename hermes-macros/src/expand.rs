@@ -307,6 +307,11 @@ fn trait_hook(hook: Hook) -> TraitHook {
                 ::core::option::Option<::hermes_env::ReferenceSolution>
             )),
         ),
+        Hook::SandboxSpec => (vec![item], Some(quote!(::hermes_env::SandboxSpec))),
+        Hook::RegisterTools => (
+            vec![("registry", quote!(&mut ::hermes_env::tools::ToolRegistry))],
+            None,
+        ),
     };
     TraitHook {
         receiver,

@@ -46,8 +46,8 @@ pub fn hermes_env(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Required: `async fn get_next_item(&mut self) -> Option<Item>`,
 /// `fn format_prompt(&self, item: &Item) -> String` and
 /// `async fn compute_reward(&self, item: &Item, run: &AgentResult, ctx: &ToolContext) -> Result<f64>`.
-/// Optional: `setup`, `eval_items`, `evaluate`, `wandb_log`, `reference_solution`. The block
-/// may contain nothing else; helpers belong in a separate impl block.
+/// Optional: `setup`, `eval_items`, `evaluate`, `wandb_log`, `reference_solution`,
+/// `sandbox_spec`, `register_tools`. The block may contain nothing else; helpers belong in a separate impl block.
 #[proc_macro_attribute]
 pub fn hooks(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::hooks(args.into(), item.into()).into()

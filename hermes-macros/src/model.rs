@@ -36,17 +36,36 @@ pub const SHARED_FIELDS: &[&str] = &[
     "enabled_toolsets",
     "disabled_toolsets",
     "distribution",
+    "distribution_seed",
+    "web_backend",
+    "testing_raw_tool_calls",
     "max_agent_turns",
     "system_prompt",
     "agent_temperature",
     "terminal_backend",
     "terminal_timeout",
     "terminal_lifetime",
+    "docker_image",
+    "docker_host",
+    "container_memory_mb",
+    "container_cpus",
+    "container_pids_limit",
+    "container_network",
+    "container_mounts",
+    "container_tmpfs",
+    "container_env",
+    "container_workdir",
+    "container_user",
+    "container_cap_add",
+    "sandbox_pool_size",
+    "sandbox_create_concurrency",
+    "sandbox_create_rate",
     "dataset_name",
     "dataset_split",
     "prompt_field",
     "tool_pool_size",
     "tool_call_parser",
+    "allow_placeholder_tokens",
     "extra_body",
     "default_result_size_chars",
     "turn_budget_chars",
@@ -152,6 +171,10 @@ pub enum Hook {
     WandbLog,
     /// `reference_solution`.
     ReferenceSolution,
+    /// `sandbox_spec`.
+    SandboxSpec,
+    /// `register_tools`.
+    RegisterTools,
 }
 
 /// The signature a hook must have, as far as the macro checks it.
@@ -175,7 +198,7 @@ pub struct HookSpec {
 }
 
 /// Every hook, in trait (and `Hook` discriminant) order.
-pub const HOOKS: [HookSpec; 8] = [
+pub const HOOKS: [HookSpec; 10] = [
     HookSpec {
         hook: Hook::Setup,
         name: "setup",
@@ -255,6 +278,26 @@ pub const HOOKS: [HookSpec; 8] = [
         args: 1,
         returns: true,
         shape: "fn reference_solution(&self, item: &Item) -> Option<ReferenceSolution>",
+    },
+    HookSpec {
+        hook: Hook::SandboxSpec,
+        name: "sandbox_spec",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 1,
+        returns: true,
+        shape: "fn sandbox_spec(&self, item: &Item) -> SandboxSpec",
+    },
+    HookSpec {
+        hook: Hook::RegisterTools,
+        name: "register_tools",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        args: 1,
+        returns: false,
+        shape: "fn register_tools(&self, registry: &mut ToolRegistry)",
     },
 ];
 

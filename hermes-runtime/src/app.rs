@@ -11,13 +11,16 @@ use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use crate::config::cli::{parse, Invocation};
+use crate::config::HermesEnvConfig;
 use crate::config::{resolve, Mode, ResolvedConfig, ServerType};
 use crate::env::{EnvDefinition, Environment};
-use crate::llm::{LlmClient, RetryPolicy};
-use crate::modes::{run_evaluate, run_process, write_evaluate_config, Runtime};
+use crate::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
+use crate::modes::{
+    run_evaluate, run_process, run_serve, write_evaluate_config, Runtime, ServeOptions, TokenSource,
+};
 use crate::sandbox::{LocalProvider, SandboxProvider};
-use crate::testing::{ReferenceBook, ReferencePolicy, ScriptedServer};
-use crate::tools::ToolRegistry;
+use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
+use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
 
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
@@ -55,10 +58,14 @@ pub fn main<E: Environment>() -> ExitCode {
                 }
             }
         };
-        tokio::select! {
+        let outcome = tokio::select! {
             result = work => Some(result),
             () = shutdown_signal() => None,
-        }
+        };
+        // The cancelled rollouts' guards are removing their containers; wait for them and
+        // remove whatever is left (a second Ctrl-C does not cut this short).
+        cleanup_sandboxes().await;
+        outcome
     });
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
@@ -83,8 +90,41 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::progress::LogWriter)
         .try_init();
+}
+
+/// Removes every sandbox container this process still owns, telling an impatient user that a
+/// repeated Ctrl-C is ignored until it is done.
+async fn cleanup_sandboxes() {
+    let cleanup = crate::sandbox::docker::remove_all_live();
+    tokio::pin!(cleanup);
+    loop {
+        tokio::select! {
+            left = &mut cleanup => {
+                if left > 0 {
+                    eprintln!("warning: {left} sandbox container(s) could not be removed; `sandbox reap` removes them");
+                }
+                return;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("still removing sandbox containers; please wait");
+            }
+        }
+    }
+}
+
+/// Connects the Docker backend and removes orphans that earlier runs left behind.
+pub(crate) async fn docker_backend(
+    env: &crate::config::HermesEnvConfig,
+    name: &str,
+) -> anyhow::Result<crate::sandbox::DockerProvider> {
+    let settings = crate::sandbox::DockerSettings::from_config(env, name);
+    let provider = crate::sandbox::DockerProvider::connect(settings).await?;
+    crate::sandbox::docker::reaper::reap(provider.docker(), false)
+        .await
+        .context("start-up reaper")?;
+    Ok(provider)
 }
 
 async fn shutdown_signal() {
@@ -128,70 +168,129 @@ pub fn parse_invocation<E: EnvDefinition>(
     }
 }
 
+/// The run's tools: `registry` (plus the configured web backend), the tools of
+/// `enabled_toolsets` minus `disabled_toolsets`, and — with `distribution` — the per-group
+/// sampler that replaces them for training groups and rollouts.
+pub fn resolve_tools(
+    env: &HermesEnvConfig,
+    mut registry: ToolRegistry,
+) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
+    match env.web_backend.as_deref() {
+        None => {}
+        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
+        Some(other) => bail!(
+            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
+        ),
+    }
+    let (tools, warnings) = registry.resolve(
+        env.enabled_toolsets.as_deref(),
+        env.disabled_toolsets.as_deref(),
+    )?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    let distribution = match &env.distribution {
+        Some(name) => {
+            let sampler = DistributionSampler::new(name, env.distribution_seed.map(|s| s as u64))?;
+            info!("toolsets are drawn per group from distribution '{name}'");
+            Some(GroupTools::new(
+                sampler,
+                registry,
+                env.disabled_toolsets.clone(),
+            ))
+        }
+        None => {
+            if env.enabled_toolsets.is_none() {
+                warn!(
+                    "no enabled_toolsets configured: offering every available tool ({})",
+                    tools.names().join(", ")
+                );
+            }
+            None
+        }
+    };
+    Ok((tools, distribution))
+}
+
 /// Builds the run's services and runs the selected mode.
 pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<()> {
     for w in &cfg.warnings {
         warn!("{w}");
     }
     let desc = E::descriptor();
-    if cfg.mode == Mode::Serve {
-        bail!(
-            "serve mode is not available yet (the Atropos trajectory-API client lands with issue #4); \
-             use `process` or `evaluate`"
-        );
-    }
-    if cfg.env.distribution.is_some() {
-        bail!("--env.distribution is not supported yet (toolset distributions land with issue #5); use --env.enabled_toolsets");
-    }
     let sandboxes: Arc<dyn SandboxProvider> = match cfg.env.terminal_backend.as_str() {
         "local" => Arc::new(LocalProvider::new().context("cannot create the local sandbox root")?),
-        other => bail!("terminal_backend '{other}' is not supported yet (docker lands with issue #3); use --env.terminal_backend local"),
+        "docker" => Arc::new(docker_backend(&cfg.env, desc.name).await?),
+        other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
     };
-    let (tools, tool_warnings) = ToolRegistry::builtin()
-        .resolve(
-            cfg.env.enabled_toolsets.as_deref(),
-            cfg.env.disabled_toolsets.as_deref(),
-        )
-        .map_err(anyhow::Error::msg)?;
-    if cfg.env.enabled_toolsets.is_none() {
-        warn!(
-            "no enabled_toolsets configured: offering every available tool ({})",
-            tools.names().join(", ")
-        );
-    }
-    for w in tool_warnings {
-        warn!("{w}");
-    }
+    let raw_parser = crate::parsers::get(&cfg.env.tool_call_parser)?;
 
+    let phase2 = cfg
+        .servers
+        .first()
+        .is_some_and(|s| matches!(s.server_type, ServerType::Vllm | ServerType::Sglang));
+    let tokenizer = load_tokenizer(&cfg.env.tokenizer_name, phase2, cfg.manager.testing)?;
     let (references, _server) = if cfg.manager.testing {
         let book = ReferenceBook::default();
-        let server = ScriptedServer::start_with(ReferencePolicy::new(book.clone()), false)
-            .await
-            .context("cannot start the scripted inference server")?;
+        let policy = ReferencePolicy::new(book.clone());
+        let server = match &tokenizer {
+            Some(tok) if phase2 => {
+                ScriptedServer::start_with_tokenizer(policy, false, Arc::clone(tok)).await
+            }
+            _ if cfg.env.testing_raw_tool_calls => {
+                ScriptedServer::start_with(RawTextPolicy::new(policy, raw_parser), false).await
+            }
+            _ => ScriptedServer::start_with(policy, false).await,
+        }
+        .context("cannot start the scripted inference server")?;
         info!(
             "--testing: using the embedded scripted server at {}",
             server.base_url()
         );
         for s in &mut cfg.servers {
             s.base_url = Some(server.base_url());
-            s.server_type = ServerType::Openai;
+            if !phase2 {
+                s.server_type = ServerType::Openai;
+            }
         }
         (Some(book), Some(server))
     } else {
         (None, None)
     };
-    if cfg
-        .servers
-        .iter()
-        .any(|s| s.server_type != ServerType::Openai)
-    {
-        warn!("Phase 2 token tracking (vllm/sglang /generate) lands with issue #4; using chat completions with placeholder tokens");
+    let tokens = match tokenizer {
+        Some(tok) if phase2 => {
+            let parser = crate::parsers::get(&cfg.env.tool_call_parser)?;
+            info!(
+                "Phase 2: /generate with token tracking, tokenizer {tok:?}, tool-call parser {}",
+                cfg.env.tool_call_parser
+            );
+            TokenSource::Managed(Arc::new(Phase2 {
+                client: GenerateClient::new(&cfg.servers, RetryPolicy::default())?,
+                tokenizer: tok,
+                parser,
+                preserve_think_blocks: cfg.env.thinking_mode,
+            }))
+        }
+        Some(tok) => {
+            info!("Phase 1 (chat completions): rollouts re-tokenized for the trainer with {tok:?}");
+            TokenSource::Retokenized(tok)
+        }
+        None => TokenSource::Placeholder,
+    };
+    if cfg.servers.iter().any(|s| s.server_type == ServerType::Trl) {
+        warn!("trl servers are driven through chat completions (Phase 1); token tracking needs vllm or sglang");
     }
-    if cfg.mode == Mode::Process {
-        warn!("Phase 1 (chat completions): tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
-    }
-    if cfg.env.use_wandb {
-        warn!("wandb logging is not available yet (issue #6); continuing without it (set --env.use_wandb false to silence this)");
+    if tokens.is_placeholder() {
+        if cfg.mode == Mode::Serve && !cfg.env.allow_placeholder_tokens {
+            bail!(
+                "serve needs trainable tokens: use --openai.server_type vllm|sglang (Phase 2), or give a \
+                 local tokenizer with --env.tokenizer_name DIR to re-tokenize Phase 1 chats; \
+                 --env.allow_placeholder_tokens true sends Phase 1 placeholder tokens anyway"
+            );
+        }
+        if cfg.mode != Mode::Evaluate {
+            warn!("Phase 1 (chat completions) without a local tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
+        }
     }
     let llm = LlmClient::new(
         &cfg.servers,
@@ -207,29 +306,48 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
     let shared = Arc::new(cfg.env.clone());
     let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
     env.setup().await.context("setup hook failed")?;
+    let mut registry = ToolRegistry::builtin();
+    env.register_tools(&mut registry);
+    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
     let rt = Runtime {
         config: shared,
         llm,
         sandboxes,
         tools: Arc::new(tools),
+        distribution,
         tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
         references,
+        tokens,
     };
     match cfg.mode {
         Mode::Process => {
             let workers = cfg.env.effective_workers(cfg.servers.len());
-            let s = run_process(&mut env, &rt, workers).await?;
-            println!(
-                "process: {} groups written to {} ({} dropped), {} rollouts, mean reward {:.3}, {} tool errors, {} failed rewards",
-                s.groups_written,
-                s.jsonl.display(),
-                s.groups_dropped,
-                s.rollouts,
-                s.mean_reward,
-                s.tool_errors,
-                s.failed_rewards
+            let wandb = if cfg.env.use_wandb {
+                start_wandb(&cfg, desc.name)
+            } else {
+                None
+            };
+            let result = run_process(&mut env, &rt, workers, wandb.as_ref()).await;
+            let report = match wandb {
+                Some(logger) => Some(logger.finish(i32::from(result.is_err())).await),
+                None => None,
+            };
+            let s = result?;
+            let bin = std::env::args()
+                .next()
+                .and_then(|a| {
+                    std::path::Path::new(&a)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| desc.name.to_owned());
+            print!(
+                "{}",
+                crate::modes::report::process_summary(
+                    &s,
+                    report.map(|r| r.describe(&bin)).as_deref()
+                )
             );
-            println!("viewer: {}", s.html.display());
         }
         Mode::Evaluate => {
             let model = cfg
@@ -238,14 +356,85 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
                 .map(|s| s.model_name.clone())
                 .unwrap_or_default();
             let s = run_evaluate(&env, &rt, desc.name, &model).await?;
-            for (k, v) in &s.metrics {
-                println!("{k:<32} {v:.4}");
-            }
-            if let Some(dir) = s.dir {
-                println!("results: {}", dir.display());
-            }
+            print!("{}", crate::modes::report::evaluate_summary(&s));
         }
-        Mode::Serve => unreachable!("serve is rejected above"),
+        Mode::Serve => {
+            let model = cfg
+                .servers
+                .first()
+                .map(|s| s.model_name.clone())
+                .unwrap_or_default();
+            let mut opts = ServeOptions::new(desc.name, &model);
+            if cfg.env.use_wandb {
+                opts.wandb_config = Some(redacted_env_config(&cfg));
+            }
+            let s = run_serve(env, Arc::new(rt), opts).await?;
+            println!(
+                "serve: stopped at trainer step {}: {} groups sent, {} dropped by the group rules, {} refused by the API, \
+                 {} resent after {} re-registrations, {} lost, {} workers timed out, {} evaluations",
+                s.final_step,
+                s.groups_sent,
+                s.groups_dropped,
+                s.groups_rejected,
+                s.groups_resent,
+                s.reregistrations,
+                s.groups_lost,
+                s.workers_timed_out,
+                s.evals
+            );
+        }
     }
     Ok(())
+}
+
+/// The run's tokenizer: `tokenizer_name` when it is a local path; the built-in tiny tokenizer
+/// for a Phase 2 `--testing` run without one; otherwise none (Phase 1) or an error (Phase 2).
+fn load_tokenizer(
+    name: &str,
+    phase2: bool,
+    testing: bool,
+) -> anyhow::Result<Option<Arc<ChatTokenizer>>> {
+    if std::path::Path::new(name).exists() {
+        return Ok(Some(Arc::new(ChatTokenizer::load(name)?)));
+    }
+    if !phase2 {
+        return Ok(None);
+    }
+    if testing {
+        info!(
+            "--testing: tokenizer '{name}' is not a local path; using the built-in tiny tokenizer"
+        );
+        return Ok(Some(Arc::new(ChatTokenizer::builtin())));
+    }
+    Err(crate::llm::tokenizer::TokenizerError::NotLocal(name.to_owned()).into())
+}
+
+/// Starts the wandb run of a `process` run (named `{env name}-{date}-{6 letters}`, no project
+/// or group, the env config with secrets redacted), or `None` when W&B is disabled or cannot
+/// start — logging problems never stop rollouts.
+fn start_wandb(cfg: &ResolvedConfig, env_name: &str) -> Option<crate::wandb::Logger> {
+    use crate::wandb::{run_name, Logger, RunSpec, WandbSettings};
+    let spec = RunSpec {
+        display_name: Some(run_name(env_name)),
+        project: None,
+        group: None,
+        config: redacted_env_config(cfg),
+    };
+    match WandbSettings::from_env().and_then(|settings| Logger::start(&settings, spec)) {
+        Ok(logger) => logger,
+        Err(e) => {
+            warn!("wandb: {e}; continuing without wandb logging");
+            None
+        }
+    }
+}
+
+/// The full env config with secret-looking values redacted, for a wandb run's config.
+fn redacted_env_config(cfg: &ResolvedConfig) -> serde_json::Map<String, serde_json::Value> {
+    let mut config = serde_json::Value::Object(cfg.env_map.clone());
+    crate::modes::evaluate::redact(&mut config);
+    match config {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
 }

@@ -1,6 +1,7 @@
 //! `ToolContext`: reward-time access to the rollout's own sandbox (same files, same
 //! processes). The framework tears the sandbox down after the reward; authors never clean up.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,8 +9,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::atropos::json::to_python_string;
-use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox};
+use crate::llm::{ChatRequest, LlmClient, LlmError, Message, Split};
+use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox, Transfer};
 use crate::tools::{ToolCallContext, ToolSet};
+
+/// Completion token limit of [`ToolContext::judge`] (Hermes: 150).
+pub const JUDGE_MAX_TOKENS: u32 = 150;
 
 /// Default timeout of `ToolContext::terminal` (Hermes: 180 s).
 pub const REWARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
@@ -38,6 +43,7 @@ pub struct ToolContext {
     sandbox: Arc<TaskSandbox>,
     tools: Arc<ToolSet>,
     terminal_timeout: Duration,
+    llm: Option<LlmClient>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -55,7 +61,41 @@ impl ToolContext {
             sandbox,
             tools,
             terminal_timeout,
+            llm: None,
         }
+    }
+
+    /// Lets [`ToolContext::judge`] call the run's inference servers through `llm`.
+    pub fn with_llm(mut self, llm: LlmClient) -> Self {
+        self.llm = Some(llm);
+        self
+    }
+
+    /// Asks the run's own inference server (an LLM judge) and returns the answer's text:
+    /// no tools, temperature 0, at most [`JUDGE_MAX_TOKENS`] tokens, under the evaluation
+    /// request limit so judging never starves training rollouts. With `--testing true` the
+    /// scripted server answers (its reference policy has no solution for a judge prompt), so
+    /// rewards should fall back to a heuristic when the answer does not parse.
+    pub async fn judge(&self, messages: Vec<Message>) -> Result<String, LlmError> {
+        let llm = self.llm.as_ref().ok_or_else(|| {
+            LlmError::Config("this ToolContext has no inference server to judge with".into())
+        })?;
+        let request = ChatRequest {
+            messages,
+            tools: Vec::new(),
+            n: 1,
+            temperature: 0.0,
+            max_tokens: Some(JUDGE_MAX_TOKENS),
+            extra_body: Default::default(),
+            split: Split::Eval,
+        };
+        let response = llm.chat(&request).await?;
+        Ok(response
+            .choices
+            .into_iter()
+            .next()
+            .map(|c| c.message.content)
+            .unwrap_or_default())
     }
 
     /// The rollout's task id (its sandbox key).
@@ -109,6 +149,61 @@ impl ToolContext {
             .write_file(path, content.as_ref())
             .await
             .map(|_| ())
+    }
+
+    /// Copies a host file into the sandbox (through Docker's archive API on the docker
+    /// backend: binary-safe, any size, mode kept, parents created).
+    pub async fn upload_file(
+        &self,
+        local: impl AsRef<Path>,
+        remote: &str,
+    ) -> Result<Transfer, SandboxError> {
+        self.sandbox
+            .get()
+            .await?
+            .upload_file(local.as_ref(), remote)
+            .await
+    }
+
+    /// Copies the contents of a host directory into a sandbox directory (created if missing),
+    /// for example hidden tests uploaded only at verification time.
+    pub async fn upload_dir(
+        &self,
+        local: impl AsRef<Path>,
+        remote: &str,
+    ) -> Result<Transfer, SandboxError> {
+        self.sandbox
+            .get()
+            .await?
+            .upload_dir(local.as_ref(), remote)
+            .await
+    }
+
+    /// Copies a sandbox file to a host path (parents created, written atomically).
+    pub async fn download_file(
+        &self,
+        remote: &str,
+        local: impl AsRef<Path>,
+    ) -> Result<Transfer, SandboxError> {
+        self.sandbox
+            .get()
+            .await?
+            .download_file(remote, local.as_ref())
+            .await
+    }
+
+    /// Copies the contents of a sandbox directory into a host directory; entries that would
+    /// land outside it are refused with [`SandboxError::Path`].
+    pub async fn download_dir(
+        &self,
+        remote: &str,
+        local: impl AsRef<Path>,
+    ) -> Result<Transfer, SandboxError> {
+        self.sandbox
+            .get()
+            .await?
+            .download_dir(remote, local.as_ref())
+            .await
     }
 
     /// Calls any tool the rollout was offered, exactly as the model would; returns its JSON

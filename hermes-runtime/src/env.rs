@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::agent::AgentResult;
 use crate::config::{ConfigSection, EnvDescriptor, HermesEnvConfig};
 use crate::context::ToolContext;
+use crate::sandbox::SandboxSpec;
 
 /// Generated from the annotated struct: name, defaults, own config type and construction.
 pub trait EnvDefinition: Sized + Send + Sync + 'static {
@@ -70,6 +71,19 @@ pub trait Environment: EnvDefinition {
     fn reference_solution(&self, item: &Self::Item) -> Option<ReferenceSolution> {
         let _ = item;
         None
+    }
+
+    /// The sandbox an item's rollouts run in (for example its own Docker image, as
+    /// terminal-bench tasks have); the default uses the run's configuration.
+    fn sandbox_spec(&self, item: &Self::Item) -> SandboxSpec {
+        let _ = item;
+        SandboxSpec::default()
+    }
+
+    /// Adds the environment's own tools (e.g. [`crate::tools::typed_tool`]) and toolsets to the
+    /// built-ins before `enabled_toolsets` / `distribution` are resolved; runs after `setup`.
+    fn register_tools(&self, registry: &mut crate::tools::ToolRegistry) {
+        let _ = registry;
     }
 }
 

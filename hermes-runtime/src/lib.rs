@@ -12,10 +12,16 @@ pub mod atropos;
 pub mod commands;
 pub mod config;
 pub mod context;
+pub mod diagnostics;
 pub mod env;
 pub mod llm;
 pub mod modes;
 pub mod parsers;
+pub mod progress;
 pub mod sandbox;
 pub mod testing;
 pub mod tools;
+
+/// JSON Schema derivation for the argument types of author-defined tools.
+pub use schemars;
+pub mod wandb;

@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod docker;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +29,10 @@ pub fn client(base_url: &str) -> LlmClient {
     LlmClient::new(&[config], 8, retry).expect("client")
 }
 
-/// The built-in tools.
+/// The built-in `terminal` and `file` tools.
 pub fn all_tools() -> ToolSet {
     ToolRegistry::builtin()
-        .resolve(None, None)
+        .resolve(Some(&["terminal".into(), "file".into()]), None)
         .expect("builtin toolsets")
         .0
 }
@@ -66,6 +68,8 @@ impl Harness {
                 extra_body: Default::default(),
                 split: Split::Train,
                 terminal_timeout: Duration::from_secs(20),
+                tool_call_parser: "hermes".into(),
+                result_budget: Default::default(),
             },
         }
     }

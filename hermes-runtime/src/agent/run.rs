@@ -11,10 +11,11 @@ use tracing::{debug, warn, Instrument};
 
 use super::result::{clip, panic_message, AgentResult, ToolError};
 use crate::atropos::json::to_python_string;
-use crate::llm::{new_call_id, ChatRequest, LlmClient, Message, Split, ToolCall};
-use crate::parsers::{HermesParser, ToolCallParser};
+use crate::llm::{new_call_id, ChatBackend, ChatRequest, Message, Split, ToolCall};
+use crate::parsers::{self, HermesParser, ToolCallParser};
 use crate::sandbox::TaskSandbox;
-use crate::tools::{unknown_tool_message, ToolCallContext, ToolSet};
+use crate::tools::budget::{persist, ResultBudget};
+use crate::tools::{unknown_tool_message, TodoStore, ToolCallContext, ToolSet};
 
 /// A tool call slower than this is logged.
 const SLOW_TOOL: Duration = Duration::from_secs(30);
@@ -34,12 +35,17 @@ pub struct AgentSettings {
     pub split: Split,
     /// Default terminal timeout.
     pub terminal_timeout: Duration,
+    /// Parser for tool calls a server returns as raw text in `content` (`tool_call_parser`).
+    pub tool_call_parser: String,
+    /// When oversized tool results are saved in the sandbox instead of shown.
+    pub result_budget: ResultBudget,
 }
 
 /// Everything one rollout's loop needs.
 pub struct AgentLoop<'a> {
-    /// The inference client.
-    pub llm: &'a LlmClient,
+    /// The inference backend: the chat-completions client (Phase 1) or a rollout's
+    /// token-tracking session (Phase 2).
+    pub llm: &'a dyn ChatBackend,
     /// The tools offered.
     pub tools: &'a ToolSet,
     /// The rollout's sandbox.
@@ -64,6 +70,7 @@ impl AgentLoop<'_> {
             .map(|m| clip(m.content.trim(), 500))
             .unwrap_or_default();
         let schemas = self.tools.schemas();
+        let todos = TodoStore::default();
         for turn in 0..self.settings.max_turns {
             let request = ChatRequest {
                 messages: result.messages.clone(),
@@ -74,7 +81,7 @@ impl AgentLoop<'_> {
                 extra_body: self.settings.extra_body.clone(),
                 split: self.settings.split,
             };
-            let turn_span = tracing::debug_span!("turn", turn = turn + 1);
+            let turn_span = tracing::info_span!("turn", turn = turn + 1);
             let response = self.llm.chat(&request).instrument(turn_span).await;
             result.turns_used = turn + 1;
             let choice = match response {
@@ -96,9 +103,9 @@ impl AgentLoop<'_> {
             result.reasoning_per_turn.push(reasoning.clone());
             let mut content = message.content;
             let mut calls: Vec<ToolCall> = message.tool_calls.unwrap_or_default();
-            if calls.is_empty() && !schemas.is_empty() && content.contains("<tool_call>") {
-                // Servers without a tool parser return the model's raw Hermes markup.
-                let parsed = HermesParser.parse(&content);
+            if calls.is_empty() && !schemas.is_empty() && !content.is_empty() {
+                // Servers without a tool parser return the model's raw markup.
+                let parsed = self.parser().parse(&content);
                 if !parsed.calls.is_empty() {
                     calls = parsed.calls;
                     content = parsed.content.unwrap_or_default();
@@ -126,16 +133,67 @@ impl AgentLoop<'_> {
                 reasoning_content: reasoning,
                 ..Message::assistant(content)
             });
-            for call in &calls {
-                let content = self
-                    .dispatch(turn + 1, call, &user_task, &mut result.tool_errors)
+            let first_result = result.messages.len();
+            let mut persisted = vec![false; calls.len()];
+            for (i, call) in calls.iter().enumerate() {
+                let mut content = self
+                    .dispatch(turn + 1, call, &user_task, &todos, &mut result.tool_errors)
                     .await;
+                let registered = self
+                    .tools
+                    .get(&call.function.name)
+                    .and_then(|t| t.max_result_chars());
+                let threshold = self
+                    .settings
+                    .result_budget
+                    .threshold(&call.function.name, registered);
+                if threshold.is_some_and(|t| content.chars().count() > t) {
+                    content = persist(
+                        self.sandbox,
+                        &call.id,
+                        &content,
+                        &self.settings.result_budget,
+                    )
+                    .await;
+                    persisted[i] = true;
+                }
                 result
                     .messages
                     .push(Message::tool(call.id.clone(), content));
             }
+            self.enforce_turn_budget(&mut result.messages[first_result..], &calls, &mut persisted)
+                .await;
         }
         result
+    }
+
+    /// The configured raw-text parser (`hermes` when the name is unknown).
+    fn parser(&self) -> &'static dyn ToolCallParser {
+        parsers::get(&self.settings.tool_call_parser).unwrap_or(&HermesParser)
+    }
+
+    /// Saves the largest results of this turn until the turn is within its budget.
+    async fn enforce_turn_budget(
+        &self,
+        results: &mut [Message],
+        calls: &[ToolCall],
+        persisted: &mut [bool],
+    ) {
+        let budget = &self.settings.result_budget;
+        let mut total: usize = results.iter().map(|m| m.content.chars().count()).sum();
+        while total > budget.turn_chars {
+            let largest = (0..results.len())
+                .filter(|&i| !persisted[i] && ResultBudget::persistable(&calls[i].function.name))
+                .max_by_key(|&i| results[i].content.chars().count());
+            let Some(i) = largest else {
+                break;
+            };
+            let before = results[i].content.chars().count();
+            results[i].content =
+                persist(self.sandbox, &calls[i].id, &results[i].content, budget).await;
+            persisted[i] = true;
+            total = total - before + results[i].content.chars().count();
+        }
     }
 
     /// Runs one call and returns the tool message content; failures are recorded.
@@ -144,6 +202,7 @@ impl AgentLoop<'_> {
         turn: u32,
         call: &ToolCall,
         user_task: &str,
+        todos: &TodoStore,
         errors: &mut Vec<ToolError>,
     ) -> String {
         let name = call.function.name.as_str();
@@ -174,6 +233,19 @@ impl AgentLoop<'_> {
                 return shown;
             }
         };
+        if name == "todo" {
+            // The rollout's todo list lives in the loop, not in the sandbox.
+            let mut args = args;
+            if let Some(tool) = self.tools.get(name) {
+                crate::tools::coerce_arguments(&tool.schema().function.parameters, &mut args);
+            }
+            let value = todos.call(&args);
+            let shown = to_python_string(&value);
+            if let Some(error) = tool_failure(&value) {
+                record(error, &shown);
+            }
+            return shown;
+        }
         let cx = ToolCallContext {
             sandbox: self.sandbox,
             terminal_timeout: self.settings.terminal_timeout,

@@ -54,7 +54,7 @@ config_section! {
         batch_size: i64 = -1,
         /// Queue cap in batches before the environment pauses.
         max_batches_offpolicy: i64 = 3,
-        /// Hugging Face tokenizer id or local path.
+        /// Tokenizer directory (tokenizer.json + tokenizer_config.json) for Phase 2 and for re-tokenizing Phase 1 chats; hub ids are not downloaded.
         tokenizer_name: String = "NousResearch/DeepHermes-3-Llama-3-3B-Preview".into(),
         /// Log to Weights & Biases.
         use_wandb: bool = true,
@@ -94,20 +94,56 @@ config_section! {
         enabled_toolsets: Option<Vec<String>> = None,
         /// Toolsets removed after enabled_toolsets / distribution are resolved.
         disabled_toolsets: Option<Vec<String>> = None,
-        /// Toolset distribution sampled once per group (wins over enabled_toolsets; issue #5).
+        /// Toolset distribution sampled once per group (wins over enabled_toolsets), e.g. development.
         distribution: Option<String> = None,
+        /// Seed of the distribution sampler (null = random; set it for reproducible runs).
+        distribution_seed: Option<i64> = None,
+        /// Web backend for web_search / web_extract: null (web tools hidden) or fake (deterministic, for tests).
+        web_backend: Option<String> = None,
+        /// With --testing: the scripted server returns tool calls as raw text in tool_call_parser's format.
+        testing_raw_tool_calls: bool = false,
         /// Maximum LLM calls per rollout.
         max_agent_turns: i64 = 30,
         /// System prompt prepended to every rollout.
         system_prompt: Option<String> = None,
         /// Sampling temperature of every agent turn.
         agent_temperature: f64 = 1.0,
-        /// Sandbox backend for tools and reward checks: local (docker lands with issue #3).
+        /// Sandbox backend for tools and reward checks: local (a scratch directory per rollout) or docker (a container per rollout).
         terminal_backend: String = "local".into(),
         /// Default per-command timeout of the terminal tool, in seconds.
         terminal_timeout: i64 = 120,
-        /// Idle sandbox lifetime in seconds (docker backend, issue #3).
+        /// Longest life of a docker sandbox in seconds; the start-up reaper removes containers older than this plus 300 s.
         terminal_lifetime: i64 = 3600,
+        /// Docker image of every sandbox (an environment's sandbox_spec hook may choose another per item).
+        docker_image: String = "hermes-env/python:latest".into(),
+        /// Docker daemon address (unix:///path or tcp://host:port); null = DOCKER_HOST or the local socket.
+        docker_host: Option<String> = None,
+        /// Memory limit of each sandbox container in MiB (0 = unlimited).
+        container_memory_mb: i64 = 4096,
+        /// CPU limit of each sandbox container (0 = unlimited).
+        container_cpus: f64 = 1.0,
+        /// Process limit of each sandbox container (0 = unlimited).
+        container_pids_limit: i64 = 256,
+        /// Network of sandbox containers: none (default), bridge, host or a network name.
+        container_network: String = "none".into(),
+        /// Bind mounts of sandbox containers, e.g. ["/data:/data:ro"].
+        container_mounts: Option<Vec<String>> = None,
+        /// tmpfs mounts of sandbox containers, as `path:options` (options may be omitted).
+        container_tmpfs: Vec<String> = vec!["/tmp:rw,nosuid,size=512m".into()],
+        /// Environment variables of sandbox containers, e.g. ["PYTHONHASHSEED=0"].
+        container_env: Option<Vec<String>> = None,
+        /// Working directory of sandbox commands (relative paths resolve against it).
+        container_workdir: String = "/root".into(),
+        /// User sandbox commands run as; null = the image's user.
+        container_user: Option<String> = None,
+        /// Capabilities kept in sandbox containers; all others are dropped.
+        container_cap_add: Vec<String> = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"].map(String::from).to_vec(),
+        /// Pre-started sandbox containers kept ready per image (0 = create on demand).
+        sandbox_pool_size: i64 = 0,
+        /// Sandbox container creations in flight at once.
+        sandbox_create_concurrency: i64 = 8,
+        /// Sandbox container creations started per second (0 = unlimited).
+        sandbox_create_rate: f64 = 20.0,
         /// Dataset id (used by environments that load one).
         dataset_name: Option<String> = None,
         /// Dataset split.
@@ -116,17 +152,19 @@ config_section! {
         prompt_field: String = "prompt".into(),
         /// Maximum concurrent tool executions.
         tool_pool_size: i64 = 128,
-        /// Tool-call parser for Phase 2 servers (ignored for openai servers; issue #4/#5).
+        /// Tool-call parser for raw model text: Phase 2 output, and Phase 1 replies whose content holds markup.
         tool_call_parser: String = "hermes".into(),
+        /// serve: send Phase 1 placeholder tokens (not trainable) instead of refusing to start.
+        allow_placeholder_tokens: bool = false,
         /// Extra keys merged into every chat-completion request body.
         extra_body: Option<Map<String, Value>> = None,
-        /// Tool results longer than this are saved in the sandbox and previewed (characters; issue #5).
+        /// Tool results longer than this are saved in the sandbox and previewed (characters).
         default_result_size_chars: i64 = 100_000,
-        /// Aggregate tool-result characters per assistant turn (issue #5).
+        /// Aggregate tool-result characters per assistant turn; the largest results are saved beyond it.
         turn_budget_chars: i64 = 200_000,
-        /// Preview size of saved tool results (characters; issue #5).
+        /// Preview size of saved tool results (characters).
         preview_size_chars: i64 = 1500,
-        /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (issue #5).
+        /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (read_file is never saved).
         tool_result_overrides: Option<Map<String, Value>> = None,
         /// Evaluate at most this many eval items (null = all).
         eval_size: Option<i64> = None,

@@ -38,11 +38,11 @@ config_section! {
         num_requests_for_eval: i64 = 64,
         /// Model name sent as `model`.
         model_name: String = "default".into(),
-        /// Length of the request-time buffers kept for server metrics (wandb, issue #6).
+        /// Length of the request-time buffers kept for server metrics.
         rolling_buffer_length: i64 = 1000,
         /// Server protocol: openai, trl, sglang or vllm.
         server_type: ServerType = ServerType::Openai,
-        /// Tokenizer for Phase 2 vllm/sglang servers ("none" = model_name; issue #4).
+        /// Tokenizer for Phase 2 vllm/sglang servers ("none" = model_name).
         tokenizer_name: String = "none".into(),
         /// API key (empty = the OPENAI_API_KEY environment variable). Never logged or saved.
         api_key: Option<String> = Some(String::new()),

@@ -2,13 +2,15 @@
 //! limits (train and eval), least-loaded server choice, per-request timeout, and retries with
 //! random exponential backoff on 5xx / 429 / connection errors (never on other 4xx).
 
+use crate::diagnostics::{error_chain, snippet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::Semaphore;
 
+use super::stats::RequestStats;
 use super::types::{ChatRequest, ChatResponse, Split};
 use crate::config::ApiServerConfig;
 
@@ -55,7 +57,8 @@ pub enum LlmError {
 }
 
 impl LlmError {
-    fn retryable(&self) -> bool {
+    /// True for failures worth another attempt (5xx, 429, connection errors, timeouts).
+    pub fn retryable(&self) -> bool {
         match self {
             LlmError::Status { status, .. } => *status >= 500 || *status == 429,
             LlmError::Connect { .. } | LlmError::Timeout { .. } => true,
@@ -86,6 +89,18 @@ impl Default for RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// The random wait before retry number `attempt` (1-based): uniform in
+    /// `[0, min(cap, base × 2^(attempt−1))]`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+            .min(self.cap);
+        ceiling.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
 struct Server {
     url: String,
     model: String,
@@ -93,12 +108,13 @@ struct Server {
     timeout: Duration,
     train: Arc<Semaphore>,
     eval: Arc<Semaphore>,
+    stats: Mutex<RequestStats>,
 }
 
 /// A client over one or more OpenAI-compatible servers.
 pub struct LlmClient {
     http: reqwest::Client,
-    servers: Vec<Server>,
+    servers: Arc<[Server]>,
     retry: RetryPolicy,
     max_n: u32,
     next: AtomicUsize,
@@ -112,6 +128,20 @@ impl std::fmt::Debug for LlmClient {
                 &self.servers.iter().map(|s| &s.url).collect::<Vec<_>>(),
             )
             .finish()
+    }
+}
+
+/// A clone shares the servers, their request limits and their statistics (for example the
+/// LLM judge a reward calls through [`crate::context::ToolContext::judge`]).
+impl Clone for LlmClient {
+    fn clone(&self) -> Self {
+        LlmClient {
+            http: self.http.clone(),
+            servers: Arc::clone(&self.servers),
+            retry: self.retry,
+            max_n: self.max_n,
+            next: AtomicUsize::new(self.next.load(Ordering::Relaxed)),
+        }
     }
 }
 
@@ -148,12 +178,13 @@ impl LlmClient {
                     timeout: Duration::from_secs(c.timeout.max(1) as u64),
                     train: Arc::new(Semaphore::new(c.num_max_requests_at_once.max(1) as usize)),
                     eval: Arc::new(Semaphore::new(c.num_requests_for_eval.max(1) as usize)),
+                    stats: Mutex::new(RequestStats::default()),
                 })
             })
             .collect::<Result<Vec<_>, LlmError>>()?;
         Ok(LlmClient {
             http,
-            servers,
+            servers: servers.into(),
             retry,
             max_n: max_n.max(1),
             next: AtomicUsize::new(0),
@@ -163,6 +194,15 @@ impl LlmClient {
     /// Number of servers.
     pub fn server_count(&self) -> usize {
         self.servers.len()
+    }
+
+    /// Request statistics of every server (in configuration order) since the last call,
+    /// which clears them.
+    pub fn take_request_stats(&self) -> Vec<RequestStats> {
+        self.servers
+            .iter()
+            .map(|s| std::mem::take(&mut *s.stats.lock().expect("stats lock poisoned")))
+            .collect()
     }
 
     fn pick(&self, split: Split) -> &Server {
@@ -212,17 +252,23 @@ impl LlmClient {
             .await
             .expect("semaphores are never closed");
         let body = request.to_body(&server.model);
+        let started = Instant::now();
         let mut attempt = 1;
+        let record = |attempts: u32| {
+            server.stats.lock().expect("stats lock poisoned").record(
+                request.split == Split::Eval,
+                started.elapsed(),
+                attempts,
+            );
+        };
         loop {
             match self.send(server, &body).await {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    record(attempt);
+                    return Ok(r);
+                }
                 Err(e) if e.retryable() && attempt < self.retry.attempts => {
-                    let ceiling = self
-                        .retry
-                        .base
-                        .saturating_mul(1 << (attempt - 1))
-                        .min(self.retry.cap);
-                    let wait = ceiling.mul_f64(rand::rng().random::<f64>());
+                    let wait = self.retry.backoff(attempt);
                     tracing::warn!(
                         attempt,
                         of = self.retry.attempts,
@@ -231,7 +277,10 @@ impl LlmClient {
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    record(attempt);
+                    return Err(e);
+                }
             }
         }
     }
@@ -284,25 +333,5 @@ impl LlmClient {
             url: url.clone(),
             reason: format!("{e}: {}", snippet(&text)),
         })
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    s
-}
-
-fn snippet(text: &str) -> String {
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() > 300 {
-        format!("{}…", one_line.chars().take(300).collect::<String>())
-    } else {
-        one_line
     }
 }

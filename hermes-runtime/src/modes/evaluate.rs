@@ -4,20 +4,21 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use tracing::{info, warn};
+use tracing::{info, info_span, warn, Instrument};
 
 use super::output::JsonlWriter;
-use super::rollout::{run_rollout, Runtime};
+use super::rollout::{run_rollout, EnvAccess, Runtime};
 use crate::atropos::json::{python_float_repr, to_python_pretty_ascii};
 use crate::config::ResolvedConfig;
 use crate::env::{Environment, EvalSample, Metrics, RewardOutcome};
 use crate::llm::{Message, Split};
+use crate::progress::Progress;
 
 /// What an `evaluate` run produced.
 #[derive(Debug, Clone)]
@@ -26,6 +27,8 @@ pub struct EvalSummary {
     pub metrics: Metrics,
     /// The output directory, when `data_dir_to_save_evals` is set.
     pub dir: Option<PathBuf>,
+    /// Wall time of the rollouts.
+    pub elapsed: Duration,
 }
 
 /// One line of `samples.jsonl`.
@@ -85,14 +88,14 @@ pub fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result
 }
 
 /// Runs the eval items and writes the results.
-pub async fn run_evaluate<E: Environment>(
-    env: &E,
+pub async fn run_evaluate<A: EnvAccess>(
+    env: &A,
     rt: &Runtime,
     env_name: &str,
     model_name: &str,
 ) -> anyhow::Result<EvalSummary> {
     let config = Arc::clone(&rt.config);
-    let mut items = env.eval_items();
+    let mut items = env.read().await.eval_items();
     if let Some(n) = config.eval_size.filter(|n| *n >= 0) {
         items.truncate(n as usize);
     }
@@ -103,19 +106,29 @@ pub async fn run_evaluate<E: Environment>(
     info!("evaluating {} items", items.len());
     let started = Instant::now();
     let workers = config.max_eval_workers.max(1) as usize;
-    let rollouts: Vec<_> = futures::stream::iter(items)
-        .map(|item| {
+    let progress = Progress::new("evaluate", "items", items.len() as u64);
+    let progress = &progress;
+    let rollouts: Vec<_> = futures::stream::iter(items.into_iter().enumerate())
+        .map(|(i, item)| {
             let item = Arc::new(item);
-            async move { run_rollout(env, rt, &item, Split::Eval).await }
+            async move {
+                let r = run_rollout(env, rt, &item, Split::Eval).await;
+                progress.advance(&[r.reward]);
+                r
+            }
+            .instrument(info_span!("eval", item = i))
         })
         .buffered(workers)
         .collect()
         .await;
-    let elapsed = started.elapsed().as_secs_f64();
-    let samples: Vec<EvalSample<E::Item>> = rollouts
+    progress.finish();
+    let took = started.elapsed();
+    let elapsed = took.as_secs_f64();
+    let guard = env.read().await;
+    let samples: Vec<EvalSample<<A::Env as Environment>::Item>> = rollouts
         .into_iter()
         .map(|r| EvalSample {
-            prompt: env.format_prompt(&r.item),
+            prompt: guard.format_prompt(&r.item),
             item: (*r.item).clone(),
             score: r.reward,
             outcome: r.outcome,
@@ -129,7 +142,8 @@ pub async fn run_evaluate<E: Environment>(
         samples.iter().map(|s| s.score).sum::<f64>() / n,
     );
     metrics.insert("eval/num_samples".into(), n);
-    env.evaluate(&samples, &mut metrics);
+    guard.evaluate(&samples, &mut metrics);
+    drop(guard);
 
     let dir = config.data_dir_to_save_evals.as_ref().map(PathBuf::from);
     match &dir {
@@ -175,7 +189,11 @@ pub async fn run_evaluate<E: Environment>(
         }
         None => warn!("data_dir_to_save_evals is not set; metrics are printed but not saved"),
     }
-    Ok(EvalSummary { metrics, dir })
+    Ok(EvalSummary {
+        metrics,
+        dir,
+        elapsed: took,
+    })
 }
 
 #[cfg(test)]

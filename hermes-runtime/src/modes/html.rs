@@ -1,11 +1,35 @@
-//! The self-contained HTML viewer written next to a groups JSONL file: one section per group,
-//! each rollout's conversation (roles, tool calls, tool results) and its reward, with a
-//! score filter. No network access needed to open it.
+//! The self-contained HTML rollout viewer written next to a groups JSONL file (and by
+//! `<bin> view FILE.jsonl` for any Atropos JSONL). The JSONL is streamed into the page as
+//! data (never held in memory whole) with a small score index; the page's script renders
+//! groups lazily, 20 at a time as you scroll, so a 100 MB file opens quickly. Each rollout
+//! shows its reward and its conversation: roles, reasoning, tool calls with pretty-printed
+//! arguments, and tool results (long ones collapsed). A score range filters rollouts; it is
+//! kept in the URL (`#min=0.5&max=1`). No network access is needed.
 
-use std::fmt::Write as _;
-use std::path::Path;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+/// What a viewer contains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewerStats {
+    /// Groups shown.
+    pub groups: usize,
+    /// Rollouts shown.
+    pub rollouts: usize,
+    /// Lines skipped (not JSON, or without `messages` and `scores`).
+    pub skipped: usize,
+}
+
+/// The fields the index needs; everything else is skipped while parsing.
+#[derive(Deserialize)]
+struct Line {
+    scores: Option<Vec<Option<f64>>>,
+    messages: Option<Vec<IgnoredAny>>,
+}
 
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -22,116 +46,253 @@ fn escape(s: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;background:#fafafa;color:#222}\
-h1{font-size:1.3rem}.group{background:#fff;border:1px solid #ddd;border-radius:6px;margin:1rem 0;padding:.5rem 1rem}\
-.rollout{border-top:1px solid #eee;padding:.5rem 0}.reward{font-weight:bold}\
-.msg{margin:.3rem 0;padding:.3rem .6rem;border-radius:4px;white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85rem}\
-.system{background:#eef}.user{background:#efe}.assistant{background:#ffe}.tool{background:#f4f4f4}\
-.role{font-weight:bold;font-family:system-ui,sans-serif}.call{color:#a40}.warn{color:#a00}";
+const STYLE: &str = r#"
+body{font-family:system-ui,sans-serif;margin:0;background:#f6f6f4;color:#222}
+header{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:.6rem 1.2rem;z-index:1}
+h1{font-size:1.15rem;margin:.2rem 0}
+.controls{display:flex;gap:1rem;align-items:center;flex-wrap:wrap;font-size:.9rem}
+.controls input[type=number]{width:6rem}
+main{padding:0 1.2rem}
+.group{background:#fff;border:1px solid #ddd;border-radius:6px;margin:1rem 0;padding:.4rem 1rem}
+.group h2{font-size:1rem;margin:.4rem 0}
+.warn{color:#a00;font-size:.85rem}
+.rollout{border-top:1px solid #eee;padding:.5rem 0}
+.reward{font-weight:bold;margin-bottom:.3rem}
+.reward .score{display:inline-block;min-width:3rem;padding:0 .4rem;border-radius:4px;background:#eee}
+.reward .score.good{background:#cfc}.reward .score.bad{background:#fcc}
+.msg{margin:.3rem 0;padding:.3rem .6rem;border-radius:4px;border-left:4px solid #ccc}
+.msg pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font-family:ui-monospace,monospace;font-size:.82rem}
+.role{font-weight:bold;font-size:.8rem;text-transform:uppercase;letter-spacing:.03em}
+.system{background:#eef;border-color:#88c}.user{background:#efe;border-color:#8b8}
+.assistant{background:#ffe;border-color:#cc8}.tool{background:#f3f3f3;border-color:#999}
+.call{background:#fff6ee;border:1px solid #e8c8a8;border-radius:4px;padding:.2rem .5rem;margin:.3rem 0}
+.call-name{font-family:ui-monospace,monospace;color:#a40;font-weight:bold}
+details summary{cursor:pointer;font-size:.8rem;color:#555}
+#more{display:block;margin:1rem auto;padding:.4rem 1.2rem}
+footer{color:#666;font-size:.8rem;padding:0 1.2rem 2rem}
+"#;
 
-const SCRIPT: &str = "function applyFilter(){var v=document.getElementById('minscore').value;\
-var min=v===''?-Infinity:parseFloat(v);document.querySelectorAll('.rollout').forEach(function(r){\
-r.style.display=parseFloat(r.dataset.score)>=min?'':'none';});}";
+const SCRIPT: &str = r##"
+(function () {
+  "use strict";
+  var PAGE = 20, LONG = 2000;
+  var dataEl = document.getElementById("data"), indexEl = document.getElementById("index");
+  var lines = dataEl.textContent.split("\n").filter(function (l) { return l.length > 0; });
+  var index = JSON.parse(indexEl.textContent);
+  // The text now lives in `lines`; dropping the elements keeps one copy in memory.
+  dataEl.remove();
+  indexEl.remove();
+  var main = document.getElementById("groups"), more = document.getElementById("more");
+  var minBox = document.getElementById("min"), maxBox = document.getElementById("max");
+  var count = document.getElementById("count");
+  var matches = [], shown = 0, filter = { min: -Infinity, max: Infinity };
 
-/// Renders the viewer for the JSONL text (one group per line). Lines without `messages` and
-/// `scores` are skipped, as upstream does.
-pub fn render(title: &str, jsonl: &str) -> String {
-    let mut body = String::new();
-    let mut shown = 0;
-    for (i, line) in jsonl.lines().enumerate() {
-        let Ok(group) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let (Some(messages), Some(scores)) = (
-            group.get("messages").and_then(Value::as_array),
-            group.get("scores").and_then(Value::as_array),
-        ) else {
-            continue;
-        };
-        shown += 1;
-        let _ = write!(body, "<section class=\"group\"><h2>Group {}</h2>", i + 1);
-        if group.pointer("/group_overrides/placeholder_tokens") == Some(&Value::Bool(true)) {
-            body.push_str(
-                "<p class=\"warn\">Phase 1 group: tokens are placeholders, not trainable.</p>",
-            );
-        }
-        for (j, (conversation, score)) in messages.iter().zip(scores).enumerate() {
-            let score = score.as_f64().unwrap_or(f64::NAN);
-            let _ = write!(
-                body,
-                "<div class=\"rollout\" data-score=\"{score}\"><div class=\"reward\">Rollout {} — Reward: {score}</div>",
-                j + 1
-            );
-            for m in conversation.as_array().into_iter().flatten() {
-                render_message(&mut body, m);
-            }
-            body.push_str("</div>");
-        }
-        body.push_str("</section>");
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = text;
+    return e;
+  }
+  function textOf(content) {
+    if (content === null || content === undefined) return "";
+    if (typeof content === "string") return content;
+    if (Array.isArray(content)) return content.map(function (p) { return p && p.text ? p.text : ""; }).join("");
+    return JSON.stringify(content);
+  }
+  function pretty(args) {
+    if (typeof args !== "string") return JSON.stringify(args, null, 2);
+    try { return JSON.stringify(JSON.parse(args), null, 2); } catch (e) { return args; }
+  }
+  function pre(text) {
+    if (text.length <= LONG) return el("pre", null, text);
+    var d = el("details"), s = el("summary", null, text.length + " characters");
+    d.appendChild(s); d.appendChild(el("pre", null, text));
+    return d;
+  }
+  function inRange(s) { return s !== null && s >= filter.min && s <= filter.max; }
+  function fmt(s) { return s === null ? "null" : String(s); }
+
+  function renderMessage(m, callNames) {
+    var role = typeof m.role === "string" ? m.role : "?";
+    var cls = ["system", "user", "assistant", "tool"].indexOf(role) >= 0 ? role : "tool";
+    var box = el("div", "msg " + cls);
+    var label = role;
+    if (role === "tool") {
+      var name = callNames[m.tool_call_id];
+      label = "tool result" + (name ? " · " + name : "");
     }
-    format!(
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style>\
-         <script>{SCRIPT}</script></head><body><h1>{t}</h1><p>{shown} groups. Minimum reward: \
-         <input id=\"minscore\" type=\"number\" step=\"any\" oninput=\"applyFilter()\"></p>{body}</body></html>\n",
-        t = escape(title)
-    )
-}
+    box.appendChild(el("div", "role", label));
+    var reasoning = m.reasoning_content || m.reasoning;
+    if (reasoning) {
+      var d = el("details"); d.appendChild(el("summary", null, "thinking"));
+      d.appendChild(el("pre", null, textOf(reasoning))); box.appendChild(d);
+    }
+    var text = textOf(m.content);
+    if (text.length > 0) box.appendChild(pre(text));
+    (Array.isArray(m.tool_calls) ? m.tool_calls : []).forEach(function (c) {
+      var f = c.function || {}, call = el("div", "call");
+      call.appendChild(el("span", "call-name", "\u2192 " + (f.name || "?")));
+      call.appendChild(el("pre", null, pretty(f.arguments === undefined ? "" : f.arguments)));
+      box.appendChild(call);
+    });
+    return box;
+  }
 
-fn render_message(out: &mut String, m: &Value) {
-    let role = m.get("role").and_then(Value::as_str).unwrap_or("?");
-    let class = match role {
-        "system" | "user" | "assistant" | "tool" => role,
-        _ => "tool",
-    };
-    let content = match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(other) => other.to_string(),
-    };
-    let _ = write!(
+  function renderGroup(i) {
+    var g = JSON.parse(lines[i]), entry = index[i];
+    var section = el("section", "group");
+    section.id = "group-" + entry[0];
+    var mean = entry[1].filter(function (s) { return s !== null; });
+    mean = mean.length ? mean.reduce(function (a, b) { return a + b; }, 0) / mean.length : null;
+    section.appendChild(el("h2", null, "Group " + entry[0] + " \u2014 " + entry[1].length + " rollouts, mean reward " + (mean === null ? "-" : mean.toFixed(3))));
+    if (g.group_overrides && g.group_overrides.placeholder_tokens === true) {
+      section.appendChild(el("p", "warn", "Phase 1 group: tokens are placeholders, not trainable."));
+    }
+    entry[1].forEach(function (score, j) {
+      if (!inRange(score)) return;
+      var r = el("div", "rollout");
+      r.dataset.score = fmt(score);
+      var head = el("div", "reward", "Rollout " + (j + 1) + " \u2014 Reward: ");
+      head.appendChild(el("span", "score" + (score > 0 ? " good" : (score !== null && score < 0 ? " bad" : "")), fmt(score)));
+      r.appendChild(head);
+      var conv = Array.isArray(g.messages[j]) ? g.messages[j] : [];
+      var callNames = {};
+      conv.forEach(function (m) {
+        (Array.isArray(m.tool_calls) ? m.tool_calls : []).forEach(function (c) {
+          if (c && c.id) callNames[c.id] = c.function && c.function.name;
+        });
+      });
+      conv.forEach(function (m) { r.appendChild(renderMessage(m || {}, callNames)); });
+      section.appendChild(r);
+    });
+    return section;
+  }
+
+  function renderMore() {
+    var end = Math.min(shown + PAGE, matches.length);
+    for (; shown < end; shown++) main.appendChild(renderGroup(matches[shown]));
+    more.hidden = shown >= matches.length;
+  }
+
+  function num(v, dflt) { var x = parseFloat(v); return isNaN(x) ? dflt : x; }
+
+  function apply(updateHash) {
+    filter = { min: num(minBox.value, -Infinity), max: num(maxBox.value, Infinity) };
+    matches = [];
+    var rollouts = 0;
+    for (var i = 0; i < index.length; i++) {
+      var n = index[i][1].filter(inRange).length;
+      if (n > 0) { matches.push(i); rollouts += n; }
+    }
+    main.textContent = "";
+    shown = 0;
+    count.textContent = matches.length + " of " + index.length + " groups, " + rollouts + " rollouts match";
+    renderMore();
+    if (updateHash) {
+      var parts = [];
+      if (minBox.value !== "") parts.push("min=" + encodeURIComponent(minBox.value));
+      if (maxBox.value !== "") parts.push("max=" + encodeURIComponent(maxBox.value));
+      history.replaceState(null, "", parts.length ? "#" + parts.join("&") : location.pathname + location.search);
+    }
+  }
+
+  location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+    var p = kv.split("=");
+    if (p[0] === "min") minBox.value = decodeURIComponent(p[1] || "");
+    if (p[0] === "max") maxBox.value = decodeURIComponent(p[1] || "");
+  });
+  minBox.addEventListener("input", function () { apply(true); });
+  maxBox.addEventListener("input", function () { apply(true); });
+  more.addEventListener("click", renderMore);
+  if ("IntersectionObserver" in window) {
+    new IntersectionObserver(function (es) { if (es.some(function (e) { return e.isIntersecting; })) renderMore(); }).observe(more);
+  }
+  apply(false);
+})();
+"##;
+
+/// Streams the viewer for the JSONL in `input` to `out`. Lines without `messages` and
+/// `scores` are skipped, as upstream does; a length mismatch is cut to the shorter.
+pub fn render(
+    title: &str,
+    input: impl BufRead,
+    out: &mut impl Write,
+) -> std::io::Result<ViewerStats> {
+    write!(
         out,
-        "<div class=\"msg {class}\"><span class=\"role\">{}</span>",
-        escape(role)
-    );
-    if let Some(r) = m.get("reasoning_content").and_then(Value::as_str) {
-        let _ = write!(out, "\n<i>thinking: {}</i>", escape(r));
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n\
+         <header><h1>{t}</h1><div class=\"controls\">\
+         <label>Reward from <input id=\"min\" type=\"number\" step=\"any\" placeholder=\"min\"></label>\
+         <label>to <input id=\"max\" type=\"number\" step=\"any\" placeholder=\"max\"></label>\
+         <span id=\"count\"></span></div></header>\n<main id=\"groups\"></main>\
+         <button id=\"more\" type=\"button\">Show more</button>\n\
+         <script type=\"application/x-ndjson\" id=\"data\">\n",
+        t = escape(title)
+    )?;
+    let mut index = Vec::new();
+    let mut stats = ViewerStats {
+        groups: 0,
+        rollouts: 0,
+        skipped: 0,
+    };
+    for (n, line) in input.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parsed = serde_json::from_str::<Line>(&line).ok();
+        let Some((scores, messages)) = parsed.and_then(|l| l.scores.zip(l.messages)) else {
+            stats.skipped += 1;
+            continue;
+        };
+        let rollouts = scores.len().min(messages.len());
+        let scores: Vec<Option<f64>> = scores
+            .into_iter()
+            .take(rollouts)
+            .map(|s| s.filter(|v| v.is_finite()))
+            .collect();
+        index.push((n + 1, scores));
+        stats.groups += 1;
+        stats.rollouts += rollouts;
+        // `<` only occurs inside JSON strings, where `\u003c` means the same; this keeps
+        // `</script>` and `<!--` in the data from ending the element.
+        out.write_all(line.replace('<', "\\u003c").as_bytes())?;
+        out.write_all(b"\n")?;
     }
-    if !content.is_empty() {
-        let _ = write!(out, "\n{}", escape(&content));
-    }
-    for call in m
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = call
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .unwrap_or("?");
-        let args = call
-            .pointer("/function/arguments")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let _ = write!(
-            out,
-            "\n<span class=\"call\">→ {}({})</span>",
-            escape(name),
-            escape(args)
-        );
-    }
-    out.push_str("</div>");
+    let index = serde_json::to_string(&index).expect("the index serializes");
+    write!(
+        out,
+        "</script>\n<script type=\"application/json\" id=\"index\">{index}</script>\n\
+         <footer id=\"summary\">{} groups, {} rollouts</footer>\n<script>{SCRIPT}</script>\n</body></html>\n",
+        stats.groups, stats.rollouts
+    )?;
+    Ok(stats)
 }
 
-/// Writes `<jsonl stem>.html` next to `jsonl_path`; returns the HTML path.
-pub fn write_viewer(jsonl_path: &Path) -> std::io::Result<std::path::PathBuf> {
-    let text = std::fs::read_to_string(jsonl_path)?;
-    let html_path = jsonl_path.with_extension("html");
+/// Writes the viewer of `jsonl_path` to `html_path`.
+pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<ViewerStats> {
+    let input = BufReader::with_capacity(1 << 20, File::open(jsonl_path)?);
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(html_path)?);
     let title = jsonl_path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    std::fs::write(&html_path, render(&title, &text))?;
+    let stats = render(&title, input, &mut out)?;
+    out.flush()?;
+    if stats.skipped > 0 {
+        tracing::warn!(
+            "{}: {} lines without messages and scores were skipped in the viewer",
+            jsonl_path.display(),
+            stats.skipped
+        );
+    }
+    Ok(stats)
+}
+
+/// Writes `<jsonl stem>.html` next to `jsonl_path`; returns the HTML path.
+pub fn write_viewer(jsonl_path: &Path) -> std::io::Result<PathBuf> {
+    let html_path = jsonl_path.with_extension("html");
+    write_viewer_to(jsonl_path, &html_path)?;
     Ok(html_path)
 }
 
@@ -140,12 +301,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_roles_calls_rewards_and_escapes() {
-        let line = r#"{"tokens": [[1]], "masks": [[1]], "scores": [0.5], "messages": [[{"role": "user", "content": "<b>hi</b>"}, {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}]}]]}"#;
-        let html = render("t", &format!("{line}\n{{\"tokens\": []}}\n"));
-        assert!(html.contains("1 groups"));
-        assert!(html.contains("&lt;b&gt;hi&lt;/b&gt;"));
-        assert!(html.contains("Reward: 0.5"));
-        assert!(html.contains("→ terminal({&quot;command&quot;: &quot;ls&quot;})"));
+    fn embeds_groups_with_an_index_and_skips_other_lines() {
+        let line = r#"{"tokens": [[1], [2]], "masks": [[1], [2]], "scores": [0.5, 1.0, 3.0], "messages": [[{"role": "user", "content": "</script><b>hi</b>"}], [{"role": "user", "content": "x"}]]}"#;
+        let input = format!("{line}\n{{\"tokens\": []}}\nnot json\n\n");
+        let mut out = Vec::new();
+        let stats = render("t<1>", input.as_bytes(), &mut out).unwrap();
+        assert_eq!(
+            stats,
+            ViewerStats {
+                groups: 1,
+                rollouts: 2,
+                skipped: 2
+            }
+        );
+        let html = String::from_utf8(out).unwrap();
+        assert!(html.contains("<title>t&lt;1&gt;</title>"));
+        assert!(html.contains(r#"[[1,[0.5,1.0]]]"#), "{html}");
+        assert!(html.contains(r"\u003c/script>\u003cb>hi\u003c/b>"));
+        assert_eq!(
+            html.matches("</script>").count(),
+            3,
+            "only the three script ends"
+        );
+        assert!(html.contains("1 groups, 2 rollouts"));
     }
 }

@@ -4,8 +4,13 @@ pub mod evaluate;
 pub mod html;
 pub mod output;
 pub mod process;
+pub mod report;
 pub mod rollout;
+pub mod serve;
 
 pub use evaluate::{run_evaluate, write_evaluate_config, EvalSummary};
 pub use process::{run_process, ProcessSummary};
-pub use rollout::{collect_group, run_rollout, Runtime};
+pub use rollout::{
+    collect_group, run_rollout, run_rollout_with, EnvAccess, Runtime, SharedEnv, TokenSource,
+};
+pub use serve::{run_serve, ServeOptions, ServeSummary};

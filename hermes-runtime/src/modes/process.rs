@@ -1,16 +1,20 @@
 //! `process`: offline rollouts written as Atropos JSONL (one group per line) plus the HTML
-//! viewer, with the reference environment's group rules.
+//! viewer, with the reference environment's group rules, a progress bar, and a wandb log
+//! after every group (step = groups done before it, as Atropos's `process_manager` logs).
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use tracing::{info, warn};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::html::write_viewer;
 use super::output::{free_path, JsonlWriter};
 use super::rollout::{collect_group, Runtime};
 use crate::atropos::ScoredDataGroup;
 use crate::env::{Environment, RewardOutcome};
+use crate::progress::Progress;
+use crate::wandb::{server_metrics, LogContext, Logger, Perf, TrainMetrics};
 
 /// What a `process` run produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +35,10 @@ pub struct ProcessSummary {
     pub tool_errors: usize,
     /// Rollouts whose reward is an infrastructure or verifier failure.
     pub failed_rewards: usize,
+    /// Groups requested (`total_steps`).
+    pub requested: usize,
+    /// Wall time of the rollouts (setup and wandb upload excluded).
+    pub elapsed: Duration,
 }
 
 /// Why a group is not written (Atropos drops these silently; we log them).
@@ -52,11 +60,13 @@ fn drop_reason(
     None
 }
 
-/// Runs up to `total_steps` groups, `workers` at a time, writing each finished group in order.
+/// Runs up to `total_steps` groups, `workers` at a time, writing each finished group in order
+/// and logging it to `wandb` (when given) with the metrics of [`TrainMetrics`].
 pub async fn run_process<E: Environment>(
     env: &mut E,
     rt: &Runtime,
     workers: usize,
+    wandb: Option<&Logger>,
 ) -> anyhow::Result<ProcessSummary> {
     let config = std::sync::Arc::clone(&rt.config);
     let requested = config
@@ -79,7 +89,12 @@ pub async fn run_process<E: Environment>(
         mean_reward: 0.0,
         tool_errors: 0,
         failed_rewards: 0,
+        requested: total,
+        elapsed: Duration::ZERO,
     };
+    let started = Instant::now();
+    let progress = Progress::new("process", "groups", total as u64);
+    let mut metrics = wandb.map(|_| TrainMetrics::new(&config));
     let mut reward_sum = 0.0;
     let mut done = 0;
     let mut exhausted = false;
@@ -95,13 +110,17 @@ pub async fn run_process<E: Environment>(
             }
         }
         let shared: &E = env;
-        let groups = futures::future::join_all(
-            items
-                .into_iter()
-                .map(|item| collect_group(shared, rt, item)),
-        )
+        let first = done;
+        let groups = futures::future::join_all(items.into_iter().enumerate().map(|(i, item)| {
+            async move {
+                let t = Instant::now();
+                let (group, rollouts) = collect_group(shared, rt, item).await;
+                (group, rollouts, t.elapsed())
+            }
+            .instrument(info_span!("group", item = first + i))
+        }))
         .await;
-        for (mut group, rollouts) in groups {
+        for (mut group, rollouts, took) in groups {
             done += 1;
             summary.rollouts += rollouts.len();
             for r in &rollouts {
@@ -114,21 +133,42 @@ pub async fn run_process<E: Environment>(
                     summary.failed_rewards += 1;
                 }
             }
-            if let Some(reason) = drop_reason(&group, group_size, config.ensure_scores_are_not_same)
-            {
+            let rewards: Vec<f64> = rollouts.iter().map(|r| r.reward).collect();
+            let dropped = drop_reason(&group, group_size, config.ensure_scores_are_not_same);
+            if let Some(reason) = &dropped {
                 warn!("group {done} dropped: {reason}");
                 summary.groups_dropped += 1;
-                continue;
+            } else {
+                group.fill_absent_nulls();
+                writer
+                    .write(&group)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                summary.groups_written += 1;
+                let mean = group.scores.iter().sum::<f64>() / group.scores.len().max(1) as f64;
+                debug!("group {done}/{total} written: mean reward {mean:.3}");
             }
-            group.fill_absent_nulls();
-            writer
-                .write(&group)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            summary.groups_written += 1;
-            let mean = group.scores.iter().sum::<f64>() / group.scores.len().max(1) as f64;
-            info!("group {done}/{total} written: mean reward {mean:.3}");
+            progress.advance(&rewards);
+            if let (Some(logger), Some(metrics)) = (wandb, metrics.as_mut()) {
+                let secs = took.as_secs_f64();
+                metrics.record_perf(Perf::TaskDuration, secs);
+                if dropped.is_none() {
+                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
+                    metrics.record_group(&group);
+                } else {
+                    metrics.record_perf(Perf::FailedTaskDuration, secs);
+                }
+                metrics.record_rollouts(rollouts);
+                let context = LogContext {
+                    prefix: None,
+                    length_limit: config.max_token_length,
+                    server_metrics: server_metrics(&rt.llm.take_request_stats()),
+                };
+                logger.log(done as i64 - 1, metrics.take(&*env, &context));
+            }
         }
     }
+    progress.finish();
+    summary.elapsed = started.elapsed();
     if exhausted {
         info!("get_next_item returned None after {done} groups; stopping");
     }

@@ -1,6 +1,8 @@
 //! One rollout (prompt → agent loop → reward in the same sandbox → teardown) and one group
 //! (`group_size` concurrent rollouts of an item, folded into a `ScoredDataGroup`).
 
+use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,14 +12,17 @@ use tokio::sync::Semaphore;
 use tracing::{info_span, warn, Instrument};
 
 use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings};
+use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, RewardOutcome, ScoredRollout};
-use crate::llm::{LlmClient, Message, Split};
+use crate::llm::managed::{NodeList, MASKED};
+use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
 use crate::sandbox::{SandboxError, SandboxProvider, TaskSandbox};
 use crate::testing::ReferenceBook;
-use crate::tools::ToolSet;
+use crate::tools::budget::ResultBudget;
+use crate::tools::{GroupTools, ToolSet};
 
 /// Shared services of one run.
 pub struct Runtime {
@@ -27,12 +32,70 @@ pub struct Runtime {
     pub llm: LlmClient,
     /// Sandbox backend.
     pub sandboxes: Arc<dyn SandboxProvider>,
-    /// Tools offered to every rollout of this run.
+    /// Tools offered to every rollout of this run (without a distribution).
     pub tools: Arc<ToolSet>,
+    /// With `--env.distribution`: draws each group's tools instead of `tools`.
+    pub distribution: Option<GroupTools>,
     /// Bounds concurrent tool executions (`tool_pool_size`).
     pub tool_permits: Semaphore,
     /// Reference solutions to register for `--testing true`.
     pub references: Option<ReferenceBook>,
+    /// Where the trainer tokens of a rollout come from.
+    pub tokens: TokenSource,
+}
+
+/// Where the trainer tokens of a rollout come from.
+#[derive(Debug, Default)]
+pub enum TokenSource {
+    /// Phase 1 without a tokenizer: placeholder tokens, not trainable.
+    #[default]
+    Placeholder,
+    /// Phase 1 with a tokenizer: the finished chat re-tokenized with its chat template, every
+    /// assistant turn trained (`tokenize_for_trainer`); no sampler logprobs.
+    Retokenized(Arc<ChatTokenizer>),
+    /// Phase 2: exact tokens, masks and logprobs from `/generate` with node extension.
+    Managed(Arc<Phase2>),
+}
+
+impl TokenSource {
+    /// True when the tokens cannot be trained on.
+    pub fn is_placeholder(&self) -> bool {
+        matches!(self, TokenSource::Placeholder)
+    }
+}
+
+/// Read access to the environment from rollouts: `&E` itself (process, evaluate), or a
+/// [`SharedEnv`] that the serve loop also locks for `get_next_item` while workers run.
+pub trait EnvAccess: Send + Sync {
+    /// The environment.
+    type Env: Environment;
+    /// A read guard.
+    type Guard<'a>: Deref<Target = Self::Env> + Send + Sync
+    where
+        Self: 'a;
+    /// Waits for read access.
+    fn read(&self) -> impl Future<Output = Self::Guard<'_>> + Send;
+}
+
+impl<E: Environment> EnvAccess for E {
+    type Env = E;
+    type Guard<'a> = &'a E;
+    fn read(&self) -> impl Future<Output = &E> + Send {
+        std::future::ready(self)
+    }
+}
+
+/// An environment shared between the serve loop (which needs `&mut` for `get_next_item`) and
+/// its workers; rollouts hold the read lock only while a hook runs.
+#[derive(Debug, Default)]
+pub struct SharedEnv<E>(pub tokio::sync::RwLock<E>);
+
+impl<E: Environment> EnvAccess for SharedEnv<E> {
+    type Env = E;
+    type Guard<'a> = tokio::sync::RwLockReadGuard<'a, E>;
+    fn read(&self) -> impl Future<Output = Self::Guard<'_>> + Send {
+        self.0.read()
+    }
 }
 
 impl Runtime {
@@ -50,6 +113,17 @@ impl Runtime {
             extra_body: request_extras(c),
             split,
             terminal_timeout: Duration::from_secs(c.terminal_timeout.max(1) as u64),
+            tool_call_parser: c.tool_call_parser.clone(),
+            result_budget: ResultBudget::from_config(c),
+        }
+    }
+
+    /// Tools for one group (or a rollout outside a group): a fresh draw from the distribution
+    /// when one is configured, else the run's tools.
+    pub fn group_tools(&self) -> Arc<ToolSet> {
+        match &self.distribution {
+            Some(d) => d.draw(),
+            None => Arc::clone(&self.tools),
         }
     }
 }
@@ -72,38 +146,83 @@ fn request_extras(c: &HermesEnvConfig) -> Map<String, Value> {
 }
 
 /// Runs one rollout of `item` and scores it in the same sandbox, which is torn down before
-/// this returns (and also if this future is dropped).
-pub async fn run_rollout<E: Environment>(
-    env: &E,
+/// this returns (and also if this future is dropped). Resolves its own tools.
+pub async fn run_rollout<A: EnvAccess>(
+    env: &A,
     rt: &Runtime,
-    item: &Arc<E::Item>,
+    item: &Arc<<A::Env as Environment>::Item>,
     split: Split,
-) -> ScoredRollout<E::Item> {
+) -> ScoredRollout<<A::Env as Environment>::Item> {
+    run_rollout_with(env, rt, item, split, &rt.group_tools()).await
+}
+
+/// [`run_rollout`] with the tools of its group.
+pub async fn run_rollout_with<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+    split: Split,
+    tools: &Arc<ToolSet>,
+) -> ScoredRollout<<A::Env as Environment>::Item> {
     let task_id = uuid::Uuid::new_v4().to_string();
     let span = info_span!("rollout", task_id = %task_id);
     async {
-        let prompt = env.format_prompt(item);
-        if let Some(book) = &rt.references {
-            if let Some(solution) = env.reference_solution(item) {
-                book.insert(&prompt, solution);
-            }
+        let (prompt, solution, spec) = {
+            let env = env.read().await;
+            (
+                env.format_prompt(item),
+                env.reference_solution(item),
+                env.sandbox_spec(item),
+            )
+        };
+        if let (Some(book), Some(solution)) = (&rt.references, solution) {
+            book.insert(&prompt, solution);
         }
         let mut messages = Vec::new();
         if let Some(system) = rt.config.system_prompt.as_deref().filter(|s| !s.is_empty()) {
             messages.push(Message::system(system));
         }
         messages.push(Message::user(prompt));
-        let sandbox = Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)));
+        let sandbox =
+            Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let settings = rt.agent_settings(split);
-        let agent = AgentLoop {
-            llm: &rt.llm,
-            tools: &rt.tools,
-            sandbox: &sandbox,
-            tool_permits: &rt.tool_permits,
-            settings: &settings,
+        let run = match &rt.tokens {
+            TokenSource::Managed(phase2) => {
+                let session = ManagedSession::new(phase2);
+                let agent = AgentLoop {
+                    llm: &session,
+                    tools,
+                    sandbox: &sandbox,
+                    tool_permits: &rt.tool_permits,
+                    settings: &settings,
+                };
+                let mut run = agent.run(messages).await;
+                run.managed_state =
+                    Some(serde_json::to_value(session.nodes()).expect("nodes serialise"));
+                run
+            }
+            _ => {
+                let agent = AgentLoop {
+                    llm: &rt.llm,
+                    tools,
+                    sandbox: &sandbox,
+                    tool_permits: &rt.tool_permits,
+                    settings: &settings,
+                };
+                agent.run(messages).await
+            }
         };
-        let run = agent.run(messages).await;
-        let (reward, outcome) = score(env, rt, item, &run, &sandbox).await;
+        let (reward, outcome) = {
+            let env = env.read().await;
+            score(&*env, rt, item, &run, &sandbox, tools).await
+        };
+        if sandbox.is_created() {
+            if let Ok(created) = sandbox.get().await {
+                if let Err(e) = crate::tools::cleanup_processes(created.as_ref()).await {
+                    warn!("tool state cleanup failed: {e}");
+                }
+            }
+        }
         if let Err(e) = sandbox.close().await {
             warn!("sandbox teardown failed: {e}");
         }
@@ -125,15 +244,17 @@ async fn score<E: Environment>(
     item: &E::Item,
     run: &AgentResult,
     sandbox: &Arc<TaskSandbox>,
+    tools: &Arc<ToolSet>,
 ) -> (f64, RewardOutcome) {
     if run.has_no_agent_output() {
         return (0.0, RewardOutcome::NothingToVerify);
     }
     let ctx = ToolContext::new(
         Arc::clone(sandbox),
-        Arc::clone(&rt.tools),
+        Arc::clone(tools),
         Duration::from_secs(rt.config.terminal_timeout.max(1) as u64),
-    );
+    )
+    .with_llm(rt.llm.clone());
     let reward = std::panic::AssertUnwindSafe(env.compute_reward(item, run, &ctx))
         .catch_unwind()
         .await;
@@ -168,28 +289,85 @@ async fn score<E: Environment>(
 }
 
 /// Runs `group_size` concurrent rollouts of one item and folds them into a group.
-pub async fn collect_group<E: Environment>(
-    env: &E,
+pub async fn collect_group<A: EnvAccess>(
+    env: &A,
     rt: &Runtime,
-    item: E::Item,
-) -> (ScoredDataGroup, Vec<ScoredRollout<E::Item>>) {
+    item: <A::Env as Environment>::Item,
+) -> (
+    ScoredDataGroup,
+    Vec<ScoredRollout<<A::Env as Environment>::Item>>,
+) {
     let item = Arc::new(item);
     let size = rt.config.group_size.max(1) as usize;
-    let rollouts =
-        futures::future::join_all((0..size).map(|_| run_rollout(env, rt, &item, Split::Train)))
-            .await;
+    let tools = rt.group_tools();
+    let rollouts = futures::future::join_all(
+        (0..size).map(|_| run_rollout_with(env, rt, &item, Split::Train, &tools)),
+    )
+    .await;
     let items = rollouts
         .iter()
         .map(|r| {
-            let (tokens, masks) = placeholder_tokens(&r.run.messages);
+            let (tokens, masks, inference_logprobs) = trainer_tokens(&rt.tokens, &r.run);
             ScoredItem {
                 tokens,
                 masks,
                 score: r.reward,
                 messages: r.run.messages.clone(),
-                inference_logprobs: None,
+                inference_logprobs,
             }
         })
         .collect();
-    (ScoredDataGroup::from_items(items, true), rollouts)
+    (
+        ScoredDataGroup::from_items(items, rt.tokens.is_placeholder()),
+        rollouts,
+    )
+}
+
+/// Tokens, masks and (Phase 2) sampler logprobs of one finished rollout.
+pub fn trainer_tokens(
+    source: &TokenSource,
+    run: &AgentResult,
+) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
+    match source {
+        TokenSource::Placeholder => {
+            let (t, m) = placeholder_tokens(&run.messages);
+            (t, m, None)
+        }
+        TokenSource::Retokenized(tok) => match tokenize_for_trainer(tok, &run.messages, true, "") {
+            Ok(t) => (t.tokens, t.masks, None),
+            Err(e) => {
+                warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
+                let (t, m) = placeholder_tokens(&run.messages);
+                (t, m, None)
+            }
+        },
+        TokenSource::Managed(phase2) => {
+            let nodes: Option<NodeList> = run
+                .managed_state
+                .as_ref()
+                .and_then(|s| serde_json::from_value(s.clone()).ok());
+            if let Some(node) = nodes.as_ref().and_then(NodeList::last) {
+                let tokens = node.tokens.iter().map(|&t| i64::from(t)).collect();
+                return (
+                    tokens,
+                    node.masked_tokens.clone(),
+                    Some(node.logprobs.clone()),
+                );
+            }
+            // No generation happened (the first call failed): the prompt alone, untrained.
+            let messages: Vec<serde_json::Value> = run
+                .messages
+                .iter()
+                .map(|m| serde_json::to_value(m).expect("messages serialise"))
+                .collect();
+            let ids = phase2
+                .tokenizer
+                .render(&messages, None, true)
+                .and_then(|text| phase2.tokenizer.encode(&text, true))
+                .unwrap_or_default();
+            let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
+            let n = tokens.len();
+            (tokens, vec![MASKED; n], Some(vec![1.0; n]))
+        }
+    }
 }

@@ -1,34 +1,26 @@
 //! The `hermes` / `qwen` format: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, with a
-//! trailing unclosed block accepted (truncated generation).
+//! trailing unclosed block accepted (truncated generation); `longcat` is the same with
+//! `<longcat_tool_call>` tags.
 
 use serde_json::{Map, Value};
 
+use super::common::{arguments_text, arguments_value, salvage_name, Builder};
 use super::{Parsed, ToolCallParser};
 use crate::atropos::json::to_python_string;
 use crate::llm::ToolCall;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
+const LONGCAT_OPEN: &str = "<longcat_tool_call>";
+const LONGCAT_CLOSE: &str = "</longcat_tool_call>";
 
 /// Parser for Hermes / Qwen style tool calls.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HermesParser;
 
-/// The `"name": "…"` value of a broken JSON body, if one can be read.
-fn salvage_name(body: &str) -> String {
-    let Some(at) = body.find("\"name\"") else {
-        return String::new();
-    };
-    let rest = body[at + 6..].trim_start();
-    let Some(rest) = rest.strip_prefix(':') else {
-        return String::new();
-    };
-    let rest = rest.trim_start();
-    let Some(rest) = rest.strip_prefix('"') else {
-        return String::new();
-    };
-    rest.split('"').next().unwrap_or("").to_owned()
-}
+/// Parser for LongCat's `<longcat_tool_call>` blocks (Hermes rules).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LongcatParser;
 
 /// One call from a block body: valid JSON gives name + serialised arguments; anything else
 /// keeps the salvaged name and the raw body as arguments, which the loop reports as invalid.
@@ -37,57 +29,69 @@ fn call_from_body(body: &str) -> ToolCall {
     match parsed {
         Some(obj) if obj.get("name").is_some_and(Value::is_string) => {
             let name = obj["name"].as_str().unwrap_or_default();
-            let arguments = match obj.get("arguments").or_else(|| obj.get("parameters")) {
-                None | Some(Value::Null) => "{}".to_owned(),
-                Some(Value::String(s)) => s.clone(),
-                Some(v) => to_python_string(v),
-            };
+            let arguments = arguments_text(obj.get("arguments").or_else(|| obj.get("parameters")));
             ToolCall::new(name, arguments)
         }
         _ => ToolCall::new(salvage_name(body), body),
     }
 }
 
+/// Parses `open … close` blocks of JSON calls; text outside the blocks is content.
+fn parse_tagged(text: &str, open: &str, close: &str) -> Parsed {
+    let mut out = Builder::default();
+    let mut rest = text;
+    while let Some(start) = rest.find(open) {
+        out.text(&rest[..start]);
+        let after = &rest[start + open.len()..];
+        let (body, next) = match after.find(close) {
+            Some(end) => (&after[..end], &after[end + close.len()..]),
+            None => (after, ""),
+        };
+        let body = body.trim();
+        if !body.is_empty() {
+            out.call(call_from_body(body));
+        }
+        rest = next;
+    }
+    out.text(rest);
+    out.finish()
+}
+
+/// Renders content, then one `open {json} close` block per call, separated by newlines.
+fn render_tagged(content: &str, calls: &[ToolCall], open: &str, close: &str) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    if !content.is_empty() {
+        lines.push(content.to_owned());
+    }
+    for call in calls {
+        let mut obj = Map::new();
+        obj.insert("name".into(), Value::String(call.function.name.clone()));
+        obj.insert(
+            "arguments".into(),
+            arguments_value(&call.function.arguments),
+        );
+        lines.push(format!("{open}{}{close}", to_python_string(&obj)));
+    }
+    lines.join("\n")
+}
+
 impl ToolCallParser for HermesParser {
     fn parse(&self, text: &str) -> Parsed {
-        let mut calls = Vec::new();
-        let mut content = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find(OPEN) {
-            content.push_str(&rest[..start]);
-            let after = &rest[start + OPEN.len()..];
-            let (body, next) = match after.find(CLOSE) {
-                Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
-                None => (after, ""),
-            };
-            let body = body.trim();
-            if !body.is_empty() {
-                calls.push(call_from_body(body));
-            }
-            rest = next;
-        }
-        content.push_str(rest);
-        let content = content.trim();
-        Parsed {
-            content: (!content.is_empty()).then(|| content.to_owned()),
-            calls,
-        }
+        parse_tagged(text, OPEN, CLOSE)
     }
 
     fn render(&self, content: &str, calls: &[ToolCall]) -> String {
-        let mut lines: Vec<String> = Vec::new();
-        if !content.is_empty() {
-            lines.push(content.to_owned());
-        }
-        for call in calls {
-            let arguments = serde_json::from_str::<Value>(&call.function.arguments)
-                .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
-            let mut obj = Map::new();
-            obj.insert("name".into(), Value::String(call.function.name.clone()));
-            obj.insert("arguments".into(), arguments);
-            lines.push(format!("{OPEN}{}{CLOSE}", to_python_string(&obj)));
-        }
-        lines.join("\n")
+        render_tagged(content, calls, OPEN, CLOSE)
+    }
+}
+
+impl ToolCallParser for LongcatParser {
+    fn parse(&self, text: &str) -> Parsed {
+        parse_tagged(text, LONGCAT_OPEN, LONGCAT_CLOSE)
+    }
+
+    fn render(&self, content: &str, calls: &[ToolCall]) -> String {
+        render_tagged(content, calls, LONGCAT_OPEN, LONGCAT_CLOSE)
     }
 }
 

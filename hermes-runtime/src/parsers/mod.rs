@@ -3,11 +3,22 @@
 //! panics; a malformed call is kept (its arguments fail to parse, so the agent loop answers
 //! the model with an error) instead of discarding the valid ones.
 
+mod common;
+mod glm;
 mod hermes;
+mod llama;
+mod mistral;
+mod qwen3_coder;
+mod sectioned;
 
 use crate::llm::ToolCall;
 
-pub use hermes::HermesParser;
+pub use glm::{Glm45Parser, Glm47Parser};
+pub use hermes::{HermesParser, LongcatParser};
+pub use llama::LlamaJsonParser;
+pub use mistral::MistralParser;
+pub use qwen3_coder::Qwen3CoderParser;
+pub use sectioned::{DeepSeekV31Parser, DeepSeekV3Parser, DeepSeekV4Parser, KimiK2Parser};
 
 /// What a parser found in a model's raw output.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -27,8 +38,23 @@ pub trait ToolCallParser: Send + Sync {
 }
 
 /// Parser names (with aliases) and their implementations.
-static PARSERS: &[(&str, &dyn ToolCallParser)] =
-    &[("hermes", &HermesParser), ("qwen", &HermesParser)];
+static PARSERS: &[(&str, &dyn ToolCallParser)] = &[
+    ("hermes", &HermesParser),
+    ("qwen", &HermesParser),
+    ("qwen3_coder", &Qwen3CoderParser),
+    ("mistral", &MistralParser),
+    ("llama3_json", &LlamaJsonParser),
+    ("llama4_json", &LlamaJsonParser),
+    ("deepseek_v3", &DeepSeekV3Parser),
+    ("deepseek_v3_1", &DeepSeekV31Parser),
+    ("deepseek_v31", &DeepSeekV31Parser),
+    ("kimi_k2", &KimiK2Parser),
+    ("longcat", &LongcatParser),
+    ("glm45", &Glm45Parser),
+    ("glm47", &Glm47Parser),
+    ("deepseek_v4", &DeepSeekV4Parser),
+    ("deepseek_dsml", &DeepSeekV4Parser),
+];
 
 /// An unknown `--env.tool_call_parser` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,16 +81,21 @@ pub fn names() -> Vec<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
+mod registry_tests {
     use super::*;
 
     #[test]
     fn registry_resolves_aliases_and_rejects_unknown_names() {
-        assert!(get("hermes").is_ok() && get("qwen").is_ok());
+        assert!(get("hermes").is_ok() && get("qwen").is_ok() && get("deepseek_v31").is_ok());
         let err = get("nope").err().unwrap().to_string();
         assert_eq!(
             err,
-            "unknown tool-call parser 'nope'; available: hermes, qwen"
+            "unknown tool-call parser 'nope'; available: hermes, qwen, qwen3_coder, mistral, \
+             llama3_json, llama4_json, deepseek_v3, deepseek_v3_1, deepseek_v31, kimi_k2, longcat, \
+             glm45, glm47, deepseek_v4, deepseek_dsml"
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
-//! The local backend: each task gets its own scratch directory (also its `$HOME`) and each
-//! command its own process group, killed on timeout and at teardown. It is not a security
-//! boundary (absolute paths reach the host); use it to develop environments without Docker.
+//! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
+//! start of its persistent working directory) and each command its own process group, killed
+//! on timeout and at teardown. It is not a security boundary (absolute paths reach the host);
+//! use it to develop environments without Docker. File transfers are plain copies.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -10,15 +11,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::time::{sleep_until, Instant};
 
-use super::{CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider};
+use super::archive::{copy_file, copy_tree};
+use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use super::{
+    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    Transfer,
+};
 
-/// After the command exits, output is still read until the pipe is quiet for this long (a
-/// background process it started may keep the pipe open forever).
-const DRAIN_QUIET: Duration = Duration::from_millis(50);
-
-/// Upper bound on reading after exit, for background processes that never stop writing.
+/// Upper bound on reading after the shell's exit when its end marker is missing (a command
+/// that closed the stream, or a daemon that keeps writing).
 const DRAIN_MAX: Duration = Duration::from_millis(500);
 
 /// Creates one scratch directory per task under a per-run root.
@@ -54,7 +57,11 @@ fn short_id() -> String {
 
 #[async_trait]
 impl SandboxProvider for LocalProvider {
-    async fn create(&self, task_id: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    async fn create(
+        &self,
+        task_id: &str,
+        _spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         let safe: String = task_id
             .chars()
             .map(|c| {
@@ -73,12 +80,14 @@ impl SandboxProvider for LocalProvider {
     }
 }
 
-/// One task's scratch directory and the process groups its commands started.
+/// One task's scratch directory, its shell's working directory (persisting across commands)
+/// and the process groups its commands started.
 #[derive(Debug)]
 pub struct LocalSandbox {
     task_id: String,
     dir: PathBuf,
     dir_str: String,
+    cwd: Mutex<PathBuf>,
     process_groups: Mutex<Vec<i32>>,
 }
 
@@ -88,6 +97,7 @@ impl LocalSandbox {
         let dir_str = dir.to_string_lossy().into_owned();
         LocalSandbox {
             task_id: task_id.to_owned(),
+            cwd: Mutex::new(dir.clone()),
             dir,
             dir_str,
             process_groups: Mutex::new(Vec::new()),
@@ -128,6 +138,14 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     }
 }
 
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+) -> Result<T, SandboxError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SandboxError::Io(format!("file copy thread failed: {e}")))?
+}
+
 #[async_trait]
 impl Sandbox for LocalSandbox {
     fn task_id(&self) -> &str {
@@ -145,23 +163,22 @@ impl Sandbox for LocalSandbox {
                 self.dir.display()
             )));
         }
-        let cwd = request
-            .workdir
-            .as_deref()
-            .map_or_else(|| self.dir.clone(), |w| self.resolve(w));
-        let mut child = Command::new("bash")
-            .arg("-c")
-            .arg(format!("exec 2>&1\n{}", request.command))
-            .current_dir(&cwd)
+        let cwd = match request.workdir.as_deref() {
+            Some(w) => self.resolve(w),
+            None => self.cwd.lock().expect("lock poisoned").clone(),
+        };
+        let nonce = nonce();
+        let argv = wrapper_argv(&cwd.to_string_lossy(), &request.command, &nonce);
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&self.dir)
             .env("HOME", &self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
-            .map_err(|e| {
-                SandboxError::Io(format!("cannot start bash in {}: {e}", cwd.display()))
-            })?;
+            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
             self.process_groups
@@ -170,38 +187,46 @@ impl Sandbox for LocalSandbox {
                 .push(pgid);
         }
         let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
         let mut capture = CappedOutput::new(request.output_limit);
+        let mut sync = OutputSync::new(&nonce);
+        let mut report = ReportReader::default();
         let deadline = Instant::now() + request.timeout;
-        let mut buf = vec![0u8; 16 * 1024];
+        let (mut out_buf, mut rep_buf) = (vec![0u8; 16 * 1024], vec![0u8; 1024]);
+        let (mut out_eof, mut rep_eof) = (false, false);
         let mut status = None;
-        let mut eof = false;
         let mut timed_out = false;
         let mut drain_until = None;
-        while !(eof && status.is_some()) {
-            if status.is_some() {
-                // The command exited but something it started still holds the pipe: take
-                // what is already there and stop waiting for EOF.
-                let until = *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
-                if Instant::now() >= until {
-                    break;
-                }
-                match timeout(DRAIN_QUIET, stdout.read(&mut buf)).await {
-                    Ok(Ok(n)) if n > 0 => capture.push(&buf[..n]),
-                    _ => break,
-                }
-                continue;
+        loop {
+            let out_done = out_eof || sync.seen();
+            let rep_done = rep_eof || report.finished();
+            if out_done && rep_done && status.is_some() {
+                break;
             }
+            // Once the shell has exited, its output is already in the pipes (a daemon it
+            // started may keep them open, so stop after a bound).
+            let until = match status {
+                Some(_) => *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX),
+                None => deadline,
+            };
             tokio::select! {
-                read = stdout.read(&mut buf), if !eof => match read {
-                    Ok(0) | Err(_) => eof = true,
-                    Ok(n) => capture.push(&buf[..n]),
+                read = stdout.read(&mut out_buf), if !out_done => match read {
+                    Ok(0) | Err(_) => out_eof = true,
+                    Ok(n) => sync.push(&out_buf[..n], |b| capture.push(b)),
                 },
-                exit = child.wait() => status = Some(exit),
-                _ = sleep_until(deadline) => {
-                    timed_out = true;
+                read = stderr.read(&mut rep_buf), if !rep_done => match read {
+                    Ok(0) | Err(_) => rep_eof = true,
+                    Ok(n) => report.push(&rep_buf[..n]),
+                },
+                exit = child.wait(), if status.is_none() => status = Some(exit),
+                _ = sleep_until(until) => {
+                    timed_out = status.is_none();
                     break;
                 }
             }
+        }
+        if !sync.seen() {
+            sync.flush(|b| capture.push(b));
         }
         if timed_out {
             if let Some(pgid) = pgid {
@@ -218,6 +243,9 @@ impl Sandbox for LocalSandbox {
                 exit_code: 124,
                 timed_out: true,
             });
+        }
+        if let (Some((_, final_cwd)), None) = (report.report().exit, &request.workdir) {
+            *self.cwd.lock().expect("lock poisoned") = PathBuf::from(final_cwd);
         }
         let exit_code = match status {
             Some(Ok(s)) => s.code().unwrap_or_else(|| {
@@ -272,6 +300,26 @@ impl Sandbox for LocalSandbox {
             return Err(io_err(Path::new(path), e));
         }
         Ok(dirs_created)
+    }
+
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        blocking(move || copy_file(&src, &dest)).await
+    }
+
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        blocking(move || copy_tree(&src, &dest)).await
+    }
+
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        let (src, dest) = (self.resolve(remote), local.to_path_buf());
+        blocking(move || copy_file(&src, &dest)).await
+    }
+
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        let (src, dest) = (self.resolve(remote), local.to_path_buf());
+        blocking(move || copy_tree(&src, &dest)).await
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

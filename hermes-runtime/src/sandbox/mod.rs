@@ -1,14 +1,22 @@
 //! Sandboxes: where one rollout's tools and its reward checks run. One sandbox belongs to
-//! exactly one rollout (its task id) and is torn down when the rollout ends.
+//! exactly one rollout (its task id) and is torn down when the rollout ends. Two backends
+//! behave alike for tools and `ToolContext`: [`docker`] (a hardened container per task, files
+//! through the archive API) and [`LocalProvider`] (a scratch directory per task). Both run
+//! commands through the same shell wrapper, so the working directory persists across commands.
 
+mod archive;
+pub mod docker;
 mod local;
 mod output;
+mod shell;
 mod task;
 
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};
 pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
 pub use task::TaskSandbox;
@@ -49,7 +57,35 @@ pub struct ExecOutput {
     pub timed_out: bool,
 }
 
-/// Infrastructure failures of a sandbox (not the model's fault).
+/// Per-item sandbox settings an environment chooses with its `sandbox_spec` hook (as
+/// terminal-bench tasks choose their image). The default uses the run's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// Docker image for this item's sandbox; `None` = `--env.docker_image`. The local backend
+    /// ignores it.
+    pub image: Option<String>,
+}
+
+impl SandboxSpec {
+    /// A spec that runs the item in `image`.
+    pub fn image(image: impl Into<String>) -> Self {
+        SandboxSpec {
+            image: Some(image.into()),
+        }
+    }
+}
+
+/// What a file transfer moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfer {
+    /// Regular files copied.
+    pub files: u64,
+    /// Bytes of file content copied.
+    pub bytes: u64,
+}
+
+/// Failures of sandbox operations. [`SandboxError::is_infra`] separates infrastructure
+/// failures (not the model's fault) from failures of the requested operation.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The file does not exist.
@@ -64,6 +100,12 @@ pub enum SandboxError {
     /// The sandbox was torn down or vanished.
     #[error("sandbox is gone: {0}")]
     Gone(String),
+    /// The container engine could not be reached or failed.
+    #[error("docker daemon error: {0}")]
+    Daemon(String),
+    /// A path was refused: it would escape the target directory, or has the wrong type.
+    #[error("path refused: {0}")]
+    Path(String),
     /// Any other I/O failure.
     #[error("{0}")]
     Io(String),
@@ -72,7 +114,10 @@ pub enum SandboxError {
 impl SandboxError {
     /// True for failures of the infrastructure rather than of the requested operation.
     pub fn is_infra(&self) -> bool {
-        matches!(self, SandboxError::Create(_) | SandboxError::Gone(_))
+        matches!(
+            self,
+            SandboxError::Create(_) | SandboxError::Gone(_) | SandboxError::Daemon(_)
+        )
     }
 }
 
@@ -89,6 +134,18 @@ pub trait Sandbox: Send + Sync {
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
     /// Writes a file atomically, creating parent directories; returns whether any were created.
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError>;
+    /// Copies the host file `local` to the sandbox file `remote` (binary-safe, any size,
+    /// permission bits kept, parents created).
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError>;
+    /// Copies the contents of the host directory `local` into the sandbox directory `remote`
+    /// (created if missing; symbolic links are copied as links).
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError>;
+    /// Copies the sandbox file `remote` to the host file `local` (parents created).
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError>;
+    /// Copies the contents of the sandbox directory `remote` into the host directory `local`;
+    /// entries that would land outside `local` (`..`, absolute or escaping link targets) are
+    /// refused with [`SandboxError::Path`].
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError>;
     /// Kills everything the sandbox started and removes it. Idempotent.
     async fn teardown(&self) -> Result<(), SandboxError>;
 }
@@ -96,6 +153,10 @@ pub trait Sandbox: Send + Sync {
 /// Creates sandboxes for task ids (one backend per run).
 #[async_trait]
 pub trait SandboxProvider: Send + Sync {
-    /// A fresh sandbox for `task_id`.
-    async fn create(&self, task_id: &str) -> Result<std::sync::Arc<dyn Sandbox>, SandboxError>;
+    /// A fresh sandbox for `task_id`, configured by the item's `spec`.
+    async fn create(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<std::sync::Arc<dyn Sandbox>, SandboxError>;
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
-use super::{Sandbox, SandboxError, SandboxProvider};
+use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 
 /// A lazily created sandbox keyed by one rollout's task id.
 pub struct TaskSandbox {
     task_id: String,
     provider: Arc<dyn SandboxProvider>,
+    spec: SandboxSpec,
     cell: OnceCell<Arc<dyn Sandbox>>,
 }
 
@@ -29,8 +30,15 @@ impl TaskSandbox {
         TaskSandbox {
             task_id: task_id.into(),
             provider,
+            spec: SandboxSpec::default(),
             cell: OnceCell::new(),
         }
+    }
+
+    /// Uses `spec` (for example a per-item image) when the sandbox is created.
+    pub fn with_spec(mut self, spec: SandboxSpec) -> Self {
+        self.spec = spec;
+        self
     }
 
     /// The rollout's task id.
@@ -41,7 +49,7 @@ impl TaskSandbox {
     /// The sandbox, created on first call (concurrent callers wait for one creation).
     pub async fn get(&self) -> Result<&Arc<dyn Sandbox>, SandboxError> {
         self.cell
-            .get_or_try_init(|| self.provider.create(&self.task_id))
+            .get_or_try_init(|| self.provider.create(&self.task_id, &self.spec))
             .await
     }
 

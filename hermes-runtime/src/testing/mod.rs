@@ -1,8 +1,21 @@
 //! Test support for authors and for hermes-env's own tests: a scripted OpenAI-compatible
-//! server (real HTTP on 127.0.0.1) and the reference-solution player behind `--testing true`.
+//! server (real HTTP on 127.0.0.1), the reference-solution player behind `--testing true`, and
+//! a request-recording W&B stand-in, and the authors' kit ([`Kit`]): one item through the
+//! whole pipeline with any policy, redacted snapshots, and the reference-solution oracle.
 
+mod cassette;
+mod kit;
+mod local_http;
+mod raw;
 mod reference;
 mod server;
+mod wandb;
 
+pub use cassette::{BranchKey, Cassette, CassettePlayer, CassetteRecorder, Interaction};
+pub use kit::{
+    CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
+};
+pub use raw::RawTextPolicy;
 pub use reference::{ReferenceBook, ReferencePolicy, NO_REFERENCE_REPLY};
-pub use server::{Policy, Reply, Script, ScriptedServer};
+pub use server::{chatml_messages, Policy, Reply, Script, ScriptedServer};
+pub use wandb::{RecordedRequest, StandInBehavior, WandbStandIn};

@@ -1,12 +1,18 @@
 //! An OpenAI-compatible chat-completions server on 127.0.0.1 whose answers come from a
 //! [`Policy`]: a fixed script, a reference-solution player, or any closure. Real HTTP, so the
-//! whole client path (serialisation, retries, errors) is exercised.
+//! whole client path (serialisation, retries, errors) is exercised. It also answers vLLM's and
+//! SGLang's native `/generate` (token ids in, token ids and logprobs out) with a tokenizer —
+//! the built-in tiny one unless given — so Phase 2 runs without a model: the prompt is decoded,
+//! split back into ChatML messages for the policy, and the reply is rendered as raw Hermes text
+//! (`<tool_call>{…}</tool_call>`), encoded, ended with the end-of-turn token and cut at
+//! `max_tokens` (`finish_reason: length`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::local_http::serve_until_dropped;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -14,6 +20,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
+
+use crate::llm::ChatTokenizer;
 
 /// One scripted answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +127,7 @@ struct Shared {
     requests: Mutex<Vec<Value>>,
     counter: AtomicU64,
     record: bool,
+    tokenizer: Arc<ChatTokenizer>,
 }
 
 /// A running scripted server; stops when dropped.
@@ -144,31 +153,41 @@ impl ScriptedServer {
 
     /// Starts a server; `record = false` keeps no request bodies (for long benchmarks).
     pub async fn start_with(policy: impl Policy, record: bool) -> std::io::Result<Self> {
+        Self::start_with_tokenizer(policy, record, Arc::new(ChatTokenizer::builtin())).await
+    }
+
+    /// Starts a server whose `/generate` uses `tokenizer` (its chat template must be ChatML
+    /// for the policy to see separate messages; otherwise it sees one user message).
+    pub async fn start_with_tokenizer(
+        policy: impl Policy,
+        record: bool,
+        tokenizer: Arc<ChatTokenizer>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             policy: Box::new(policy),
             requests: Mutex::new(Vec::new()),
             counter: AtomicU64::new(0),
             record,
+            tokenizer,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/generate", post(generate))
             .route("/v1/models", get(models))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let stop = serve_until_dropped(listener, app);
         Ok(ScriptedServer {
             addr,
             shared,
             _stop: stop,
         })
+    }
+
+    /// The tokenizer `/generate` decodes and encodes with.
+    pub fn tokenizer(&self) -> &Arc<ChatTokenizer> {
+        &self.shared.tokenizer
     }
 
     /// `http://127.0.0.1:PORT/v1`, for `--openai.base_url`.
@@ -244,5 +263,195 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
             }))
             .into_response()
         }
+    }
+}
+
+/// Splits a ChatML prompt back into messages; the trailing generation prompt is dropped.
+/// Text that is not ChatML becomes one user message.
+pub fn chatml_messages(prompt: &str) -> Vec<Value> {
+    if !prompt.contains("<|im_start|>") {
+        return vec![json!({"role": "user", "content": prompt})];
+    }
+    prompt
+        .split("<|im_start|>")
+        .filter(|chunk| !chunk.is_empty())
+        .filter_map(|chunk| {
+            let (role, rest) = chunk.split_once('\n').unwrap_or((chunk, ""));
+            let content = rest.strip_suffix('\n').unwrap_or(rest);
+            let content = content.strip_suffix("<|im_end|>")?;
+            Some(json!({"role": role, "content": content}))
+        })
+        .collect()
+}
+
+/// A reply as the model's raw text: optional `<think>` block, content, Hermes tool calls.
+fn raw_text(content: &str, tool_calls: &[(String, String)], reasoning: Option<&str>) -> String {
+    let mut text = String::new();
+    if let Some(r) = reasoning {
+        text.push_str(&format!("<think>{r}</think>"));
+    }
+    text.push_str(content);
+    for (name, args) in tool_calls {
+        let args = if args.trim().is_empty() {
+            "{}"
+        } else {
+            args.as_str()
+        };
+        let name = serde_json::to_string(name).expect("a string serialises");
+        text.push_str(&format!(
+            "<tool_call>{{\"name\": {name}, \"arguments\": {args}}}</tool_call>"
+        ));
+    }
+    text
+}
+
+/// A deterministic stand-in logprob for output position `i` (never 1.0).
+fn scripted_logprob(i: usize) -> f64 {
+    -((i % 7) as f64 + 1.0) / 8.0
+}
+
+async fn generate(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+    shared.counter.fetch_add(1, Ordering::Relaxed);
+    let ids_of = |v: &Value| -> Option<Vec<u32>> {
+        v.as_array()?
+            .iter()
+            .map(|x| x.as_u64().map(|n| n as u32))
+            .collect()
+    };
+    let (input, sglang) = match (
+        body.pointer("/prompt/prompt_token_ids").and_then(ids_of),
+        body.get("input_ids").and_then(ids_of),
+    ) {
+        (Some(ids), _) => (ids, false),
+        (None, Some(ids)) => (ids, true),
+        _ => {
+            return (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "expected prompt.prompt_token_ids (vLLM) or input_ids (SGLang)",
+            )
+                .into_response()
+        }
+    };
+    let params = if sglang {
+        body.get("sampling_params").cloned().unwrap_or_default()
+    } else {
+        body.clone()
+    };
+    let n = params.get("n").and_then(Value::as_u64).unwrap_or(1).max(1);
+    let max_tokens = params
+        .get(if sglang {
+            "max_new_tokens"
+        } else {
+            "max_tokens"
+        })
+        .and_then(Value::as_u64)
+        .map(|m| m as usize);
+    let tok = &shared.tokenizer;
+    let prompt = match tok.decode(&input, false) {
+        Ok(p) => p,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let request = json!({"messages": chatml_messages(&prompt), "max_tokens": max_tokens});
+    if shared.record {
+        shared
+            .requests
+            .lock()
+            .expect("lock poisoned")
+            .push(body.clone());
+    }
+    let mut samples = Vec::new();
+    for _ in 0..n {
+        let text = match shared.policy.respond(&request) {
+            Reply::Message {
+                content,
+                tool_calls,
+                reasoning,
+            } => raw_text(&content, &tool_calls, reasoning.as_deref()),
+            Reply::Status(code, text) => {
+                let status =
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return (status, text).into_response();
+            }
+            Reply::NoChoices => String::new(),
+            Reply::Raw(text) => return (StatusCode::OK, text).into_response(),
+        };
+        let mut ids = match tok.encode(&text, false) {
+            Ok(ids) => ids,
+            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        };
+        ids.extend(tok.eos_id());
+        let mut finish = "stop";
+        if let Some(m) = max_tokens.filter(|&m| ids.len() > m) {
+            ids.truncate(m);
+            finish = "length";
+        }
+        samples.push((ids, finish));
+    }
+    let text_of = |ids: &[u32]| tok.decode(ids, true).unwrap_or_default();
+    if sglang {
+        let out: Vec<Value> = samples
+            .iter()
+            .map(|(ids, finish)| {
+                let lps: Vec<Value> = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| json!([scripted_logprob(i), id, null]))
+                    .collect();
+                json!({"text": text_of(ids), "meta_info": {"output_token_logprobs": lps,
+                       "finish_reason": {"type": finish}}})
+            })
+            .collect();
+        return Json(Value::Array(out)).into_response();
+    }
+    let logprobs: Vec<Value> = samples
+        .iter()
+        .map(|(ids, _)| {
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| json!([{ id.to_string(): scripted_logprob(i) }]))
+                .collect()
+        })
+        .collect();
+    Json(json!({
+        "text": samples.iter().map(|(ids, _)| text_of(ids)).collect::<Vec<_>>(),
+        "prompt": prompt,
+        "finish_reasons": samples.iter().map(|(_, f)| *f).collect::<Vec<_>>(),
+        "logprobs": logprobs,
+        "prompt_token_ids": input,
+        "token_ids": samples.iter().map(|(ids, _)| ids.clone()).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_prompts_split_back_into_messages() {
+        let prompt = "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA\nB<|im_end|>\n<|im_start|>assistant\n";
+        assert_eq!(
+            chatml_messages(prompt),
+            vec![
+                json!({"role": "user", "content": "U"}),
+                json!({"role": "assistant", "content": "A\nB"})
+            ]
+        );
+        assert_eq!(
+            chatml_messages("plain"),
+            vec![json!({"role": "user", "content": "plain"})]
+        );
+    }
+
+    #[test]
+    fn replies_become_raw_hermes_text() {
+        let calls = vec![
+            ("terminal".to_owned(), r#"{"command": "ls"}"#.to_owned()),
+            ("todo".to_owned(), String::new()),
+        ];
+        assert_eq!(
+            raw_text("hi", &calls, Some("r")),
+            r#"<think>r</think>hi<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}</tool_call><tool_call>{"name": "todo", "arguments": {}}</tool_call>"#
+        );
     }
 }

@@ -1,8 +1,16 @@
 //! Model-facing tools: schemas, the toolset table, argument coercion and dispatch. Every tool
 //! runs against the rollout's [`TaskSandbox`].
 
+pub mod budget;
+mod distributions;
 mod files;
+mod patch;
+mod process;
+mod search;
 mod terminal;
+mod todo;
+mod typed;
+mod web;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,10 +20,22 @@ use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
 use crate::llm::ToolSchema;
-use crate::sandbox::TaskSandbox;
+use crate::sandbox::{Sandbox, TaskSandbox};
 
+pub use distributions::{
+    distribution_names, Distribution, DistributionSampler, GroupTools, UnknownDistribution,
+    DISTRIBUTIONS,
+};
 pub use files::{ReadFileTool, WriteFileTool};
+pub use patch::PatchTool;
+pub use process::{cleanup as cleanup_processes, ProcessTool};
+pub use search::SearchFilesTool;
 pub use terminal::TerminalTool;
+pub use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};
+pub use typed::{sandbox_tool, typed_tool, TypedTool};
+pub use web::{
+    FakeWebBackend, Page, SearchHit, WebBackend, WebError, WebExtractTool, WebSearchTool,
+};
 
 /// What a tool call can reach: the rollout's sandbox and run settings.
 pub struct ToolCallContext<'a> {
@@ -34,6 +54,15 @@ pub trait Tool: Send + Sync {
     fn schema(&self) -> ToolSchema;
     /// The toolset it belongs to (`terminal`, `file`, …).
     fn toolset(&self) -> &'static str;
+    /// Further toolsets that also include it (`web_search` is in `search` and `browser`).
+    fn also_in(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Result size (characters) above which the result is saved in the sandbox and previewed;
+    /// capped at `default_result_size_chars`. `None` = the default.
+    fn max_result_chars(&self) -> Option<usize> {
+        None
+    }
     /// Runs the tool. Failures are results (`{"error": …}`), never panics or `Err`.
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value;
 }
@@ -46,16 +75,40 @@ const UNAVAILABLE_TOOLSETS: &[&str] = &[
     "browser",
     "vision",
     "image_gen",
-    "todo",
-    "memory",
     "code_execution",
     "delegation",
-    "session_search",
     "skills",
     "clarify",
     "cronjob",
     "tts",
 ];
+
+/// The per-task directory, inside the sandbox, where tools keep their state (background
+/// processes, saved oversized results): `/tmp/hermes-<hash of task id and workdir>`.
+pub fn state_dir(sandbox: &dyn Sandbox) -> String {
+    // FNV-1a: stable across runs and platforms.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in sandbox
+        .task_id()
+        .bytes()
+        .chain([0])
+        .chain(sandbox.workdir().bytes())
+    {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("/tmp/hermes-{hash:016x}")
+}
+
+/// A toolset name that no tool and no known Hermes toolset has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown toolset '{name}'; known toolsets: {}", known.join(", "))]
+pub struct UnknownToolset {
+    /// The requested name.
+    pub name: String,
+    /// Every toolset name accepted.
+    pub known: Vec<String>,
+}
 
 /// All tools known to a run, by name.
 #[derive(Clone, Default)]
@@ -64,13 +117,27 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// The built-in tools: `terminal` and the `file` tools.
+    /// The built-in tools: `terminal` (terminal, process), `file` (read_file, write_file,
+    /// patch, search_files), `todo`, and the RL stand-ins `memory` and `session_search`.
     pub fn builtin() -> Self {
         let mut r = ToolRegistry::default();
         r.register(TerminalTool);
+        r.register(ProcessTool);
         r.register(ReadFileTool);
         r.register(WriteFileTool);
+        r.register(PatchTool);
+        r.register(SearchFilesTool);
+        r.register(TodoTool);
+        r.register(MemoryTool);
+        r.register(SessionSearchTool);
         r
+    }
+
+    /// Adds `web_search` and `web_extract` over `backend` (toolsets `web`, `search`).
+    pub fn with_web(mut self, backend: Arc<dyn WebBackend>) -> Self {
+        self.register(WebSearchTool(Arc::clone(&backend)));
+        self.register(WebExtractTool(backend));
+        self
     }
 
     /// Adds (or replaces) a tool.
@@ -81,7 +148,11 @@ impl ToolRegistry {
 
     /// Names of the toolsets that have tools.
     pub fn toolsets(&self) -> Vec<&'static str> {
-        let mut sets: Vec<_> = self.tools.values().map(|t| t.toolset()).collect();
+        let mut sets: Vec<_> = self
+            .tools
+            .values()
+            .flat_map(|t| std::iter::once(t.toolset()).chain(t.also_in().iter().copied()))
+            .collect();
         sets.sort_unstable();
         sets.dedup();
         sets
@@ -93,7 +164,7 @@ impl ToolRegistry {
         &self,
         enabled: Option<&[String]>,
         disabled: Option<&[String]>,
-    ) -> Result<(ToolSet, Vec<String>), String> {
+    ) -> Result<(ToolSet, Vec<String>), UnknownToolset> {
         let known = self.toolsets();
         let mut warnings = Vec::new();
         for name in enabled
@@ -107,20 +178,29 @@ impl ToolRegistry {
                         "toolset '{name}' has no available tools in this build; skipped"
                     ));
                 } else {
-                    let mut all: Vec<&str> = known.clone();
-                    all.extend(UNAVAILABLE_TOOLSETS);
-                    return Err(format!(
-                        "unknown toolset '{name}'; known toolsets: {}",
-                        all.join(", ")
-                    ));
+                    let mut all: Vec<String> = known.iter().map(|s| (*s).to_owned()).collect();
+                    all.extend(
+                        UNAVAILABLE_TOOLSETS
+                            .iter()
+                            .filter(|u| !known.contains(u))
+                            .map(|s| (*s).to_owned()),
+                    );
+                    return Err(UnknownToolset {
+                        name: name.clone(),
+                        known: all,
+                    });
                 }
             }
         }
+        let member = |t: &Arc<dyn Tool>, sets: &[String]| {
+            sets.iter()
+                .any(|s| s == t.toolset() || t.also_in().contains(&s.as_str()))
+        };
         let tools = self
             .tools
             .iter()
-            .filter(|(_, t)| enabled.is_none_or(|e| e.iter().any(|s| s == t.toolset())))
-            .filter(|(_, t)| !disabled.is_some_and(|d| d.iter().any(|s| s == t.toolset())))
+            .filter(|(_, t)| enabled.is_none_or(|e| member(t, e)))
+            .filter(|(_, t)| !disabled.is_some_and(|d| member(t, d)))
             .map(|(n, t)| (n.clone(), Arc::clone(t)))
             .collect();
         Ok((ToolSet { tools }, warnings))
@@ -153,6 +233,11 @@ impl ToolSet {
     /// True when `name` is offered.
     pub fn contains(&self, name: &str) -> bool {
         self.tools.contains_key(name)
+    }
+
+    /// The offered tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
     }
 
     /// Calls a tool with schema-coerced arguments; unknown tools and missing required
@@ -194,18 +279,31 @@ fn missing_required<'a>(schema: &'a Value, args: &Map<String, Value>) -> Option<
         .find(|r| args.get(*r).is_none_or(Value::is_null))
 }
 
-/// Coerces string arguments to the types the schema declares (`"42"` → 42, `"true"` → true,
-/// JSON text → arrays/objects), as Hermes's dispatcher does; other values are left alone.
+/// Coerces arguments to the types the schema declares: strings to numbers, booleans, arrays
+/// and objects (`"42"` → 42, `"true"` → true, JSON text → arrays/objects), as Hermes's
+/// dispatcher does, and — for formats whose parsers guess value types — numbers, booleans and
+/// JSON values back to strings where a string is declared. Other values are left alone.
 pub fn coerce_arguments(schema: &Value, args: &mut Map<String, Value>) {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return;
     };
     for (key, value) in args.iter_mut() {
-        let Some(text) = value.as_str() else { continue };
         let ty = props
             .get(key)
             .and_then(|p| p.get("type"))
             .and_then(Value::as_str);
+        let Some(text) = value.as_str() else {
+            if ty == Some("string") {
+                match value {
+                    Value::Number(_) | Value::Bool(_) => *value = Value::String(value.to_string()),
+                    Value::Array(_) | Value::Object(_) => {
+                        *value = Value::String(crate::atropos::json::to_python_string(value))
+                    }
+                    _ => {}
+                }
+            }
+            continue;
+        };
         let coerced = match ty {
             Some("integer") => text.trim().parse::<i64>().ok().map(Value::from),
             Some("number") => text
@@ -244,27 +342,59 @@ mod tests {
             Value::Object(args),
             json!({"n": 42, "b": true, "l": [1], "s": "7", "x": "1"})
         );
+        let mut guessed: Map<String, Value> =
+            serde_json::from_value(json!({"s": 42, "n": 1.5, "b": false})).unwrap();
+        let schema = json!({"properties": {"s": {"type": "string"}, "n": {"type": "number"}, "b": {"type": "string"}}});
+        coerce_arguments(&schema, &mut guessed);
+        assert_eq!(
+            Value::Object(guessed),
+            json!({"s": "42", "n": 1.5, "b": "false"})
+        );
     }
 
     #[test]
     fn toolset_resolution() {
         let r = ToolRegistry::builtin();
         let (all, _) = r.resolve(None, None).unwrap();
-        assert_eq!(all.names(), ["read_file", "terminal", "write_file"]);
+        assert_eq!(
+            all.names(),
+            [
+                "memory",
+                "patch",
+                "process",
+                "read_file",
+                "search_files",
+                "session_search",
+                "terminal",
+                "todo",
+                "write_file"
+            ]
+        );
         let (t, _) = r.resolve(Some(&["terminal".into()]), None).unwrap();
-        assert_eq!(t.names(), ["terminal"]);
+        assert_eq!(t.names(), ["process", "terminal"]);
         let (f, w) = r
             .resolve(
                 Some(&["file".into(), "web".into()]),
                 Some(&["terminal".into()]),
             )
             .unwrap();
-        assert_eq!(f.names(), ["read_file", "write_file"]);
+        assert_eq!(
+            f.names(),
+            ["patch", "read_file", "search_files", "write_file"]
+        );
         assert_eq!(w.len(), 1);
         assert!(r
             .resolve(Some(&["termnal".into()]), None)
             .unwrap_err()
+            .to_string()
             .contains("unknown toolset 'termnal'"));
+        let web = ToolRegistry::builtin().with_web(Arc::new(FakeWebBackend::new()));
+        let (s, w) = web.resolve(Some(&["search".into()]), None).unwrap();
+        assert_eq!((s.names(), w.len()), (vec!["web_search"], 0));
+        let (b, _) = web
+            .resolve(Some(&["web".into()]), Some(&["search".into()]))
+            .unwrap();
+        assert_eq!(b.names(), ["web_extract"]);
     }
 
     #[test]

@@ -28,6 +28,7 @@ impl Tool for TerminalTool {
                 "type": "object",
                 "properties": {
                     "command": {"type": "string", "description": "The command to run with bash."},
+                    "background": {"type": "boolean", "default": false, "description": "Start the command detached and return a session_id at once; manage it with the process tool (servers, long jobs)."},
                     "timeout": {"type": "integer", "minimum": 1, "description": "Timeout in seconds (default: the environment's terminal_timeout, max 600)."},
                     "workdir": {"type": "string", "description": "Working directory (absolute path, or relative to the task directory)."}
                 },
@@ -40,10 +41,18 @@ impl Tool for TerminalTool {
         "terminal"
     }
 
+    fn max_result_chars(&self) -> Option<usize> {
+        Some(100_000)
+    }
+
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value {
         let Some(command) = args.get("command").and_then(Value::as_str) else {
             return json!({"output": "", "exit_code": -1, "error": "command must be a string"});
         };
+        let workdir = args.get("workdir").and_then(Value::as_str);
+        if args.get("background").and_then(Value::as_bool) == Some(true) {
+            return super::process::start_background(cx, command, workdir).await;
+        }
         let timeout = match args.get("timeout").and_then(Value::as_i64) {
             Some(t) if t > MAX_FOREGROUND_TIMEOUT => {
                 return json!({"output": "", "exit_code": -1,
@@ -55,10 +64,7 @@ impl Tool for TerminalTool {
         let request = ExecRequest {
             command: command.to_owned(),
             timeout,
-            workdir: args
-                .get("workdir")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            workdir: workdir.map(str::to_owned),
             output_limit: OUTPUT_LIMIT_CHARS,
         };
         let result = match cx.sandbox.get().await {

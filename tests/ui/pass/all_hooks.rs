@@ -56,6 +56,10 @@ impl AllHooks {
     fn reference_solution(&self, item: &Item) -> Option<ReferenceSolution> {
         Some(ReferenceSolution::new().answer(item.n.to_string()))
     }
+
+    fn sandbox_spec(&self, item: &Item) -> SandboxSpec {
+        SandboxSpec::image(format!("image-{}", item.n))
+    }
 }
 
 fn main() {
@@ -79,4 +83,10 @@ fn main() {
 
     let solution = Environment::reference_solution(&env, &Item { n: 4 }).unwrap();
     assert_eq!(solution.turns, [ReferenceTurn::Answer("4".into())]);
+    assert_eq!(
+        Environment::sandbox_spec(&env, &Item { n: 5 })
+            .image
+            .as_deref(),
+        Some("image-5")
+    );
 }

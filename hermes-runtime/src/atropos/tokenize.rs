@@ -1,0 +1,148 @@
+//! `tokenize_for_trainer`: re-tokenizes a finished chat with the tokenizer's chat template and
+//! masks everything but the assistant output (the last turn, or every assistant turn).
+
+use serde_json::Value;
+
+use crate::llm::tokenizer::{ChatTokenizer, TokenizerError};
+use crate::llm::Message;
+
+/// Trainer tokens of one chat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tokenized {
+    /// The templated chat's token ids.
+    pub tokens: Vec<i64>,
+    /// `tokens` with untrained positions set to -100.
+    pub masks: Vec<i64>,
+}
+
+fn to_values(chat: &[Message]) -> Vec<Value> {
+    chat.iter()
+        .map(|m| serde_json::to_value(m).expect("messages serialise"))
+        .collect()
+}
+
+fn templated_len(
+    tok: &ChatTokenizer,
+    chat: &[Value],
+    add_generation_prompt: bool,
+) -> Result<usize, TokenizerError> {
+    let text = tok.render(chat, None, add_generation_prompt)?;
+    Ok(tok.encode(&text, false)?.len())
+}
+
+/// Atropos's `tokenize_for_trainer`. Default (last turn only): everything up to and including
+/// the final assistant header is masked. `train_on_all_assistant_turns`: every assistant
+/// message's span `[len(template(chat[:i], gen)), len(template(chat[:i+1])))` is trained.
+/// With `finish_reason == "length"` a trailing end-of-turn token is dropped.
+pub fn tokenize_for_trainer(
+    tok: &ChatTokenizer,
+    chat: &[Message],
+    train_on_all_assistant_turns: bool,
+    finish_reason: &str,
+) -> Result<Tokenized, TokenizerError> {
+    let values = to_values(chat);
+    let text = tok.render(&values, None, false)?;
+    let ids = tok.encode(&text, false)?;
+    let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
+    let mut masks = vec![-100i64; tokens.len()];
+    if train_on_all_assistant_turns {
+        for (i, m) in chat.iter().enumerate() {
+            if m.role != "assistant" && m.role != "agent" {
+                continue;
+            }
+            let start = templated_len(tok, &values[..i], true)?.min(tokens.len());
+            let end = templated_len(tok, &values[..=i], false)?.min(tokens.len());
+            let end = end.max(start);
+            masks[start..end].copy_from_slice(&tokens[start..end]);
+        }
+    } else if !chat.is_empty() {
+        let prefix = templated_len(tok, &values[..chat.len() - 1], true)?.min(tokens.len());
+        masks[prefix..].copy_from_slice(&tokens[prefix..]);
+    }
+    let mut out = Tokenized { tokens, masks };
+    if finish_reason == "length"
+        && tok
+            .eos_id()
+            .is_some_and(|eos| out.tokens.last() == Some(&i64::from(eos)))
+    {
+        out.tokens.pop();
+        out.masks.pop();
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trained_text(tok: &ChatTokenizer, t: &Tokenized) -> Vec<String> {
+        // Contiguous trained spans, decoded.
+        let mut spans = Vec::new();
+        let mut cur: Vec<u32> = Vec::new();
+        for (&id, &m) in t.tokens.iter().zip(&t.masks) {
+            if m == -100 {
+                if !cur.is_empty() {
+                    spans.push(tok.decode(&cur, false).unwrap());
+                    cur.clear();
+                }
+            } else {
+                assert_eq!(m, id);
+                cur.push(id as u32);
+            }
+        }
+        if !cur.is_empty() {
+            spans.push(tok.decode(&cur, false).unwrap());
+        }
+        spans
+    }
+
+    fn chat() -> Vec<Message> {
+        vec![
+            Message::user("Q"),
+            Message::assistant("A1"),
+            Message::tool("c", "R"),
+            Message::assistant("A2"),
+        ]
+    }
+
+    #[test]
+    fn last_turn_masks_everything_up_to_the_final_assistant_header() {
+        let tok = ChatTokenizer::builtin();
+        let t = tokenize_for_trainer(&tok, &chat(), false, "stop").unwrap();
+        assert_eq!(t.tokens.len(), t.masks.len());
+        assert_eq!(trained_text(&tok, &t), ["A2<|im_end|>\n"]);
+        let prefix = t.masks.iter().take_while(|&&m| m == -100).count();
+        assert!(t.masks[prefix..].iter().all(|&m| m != -100));
+    }
+
+    #[test]
+    fn all_assistant_turns_are_trained_and_truncation_drops_the_eos() {
+        let tok = ChatTokenizer::builtin();
+        let t = tokenize_for_trainer(&tok, &chat(), true, "stop").unwrap();
+        assert_eq!(trained_text(&tok, &t), ["A1<|im_end|>\n", "A2<|im_end|>\n"]);
+    }
+
+    #[test]
+    fn a_truncated_completion_loses_a_trailing_eos() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            ChatTokenizer::builtin_dir().join("tokenizer.json"),
+            dir.path().join("tokenizer.json"),
+        )
+        .unwrap();
+        let template =
+            "{% for m in messages %}{{ m.role + ':' + m.content + '<|im_end|>' }}{% endfor %}";
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template}).to_string(),
+        )
+        .unwrap();
+        let tok = ChatTokenizer::load(dir.path().to_str().unwrap()).unwrap();
+        let cut = &chat()[..2];
+        let stop = tokenize_for_trainer(&tok, cut, false, "stop").unwrap();
+        assert_eq!(stop.tokens.last(), Some(&257));
+        let length = tokenize_for_trainer(&tok, cut, false, "length").unwrap();
+        assert_eq!(length.tokens, stop.tokens[..stop.tokens.len() - 1]);
+        assert_eq!(trained_text(&tok, &length), ["assistant:A1"]);
+    }
+}

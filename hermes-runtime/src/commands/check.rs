@@ -1,0 +1,100 @@
+//! `check`: the oracle. Plays every item's reference solution (the training items from
+//! `get_next_item`, up to `--limit`, then the eval items) through the real sandbox and
+//! verifier and reports every item that does not reach `--min-score`, so a broken verifier or
+//! task is caught before training (terminal-bench's oracle agent does the same). Exits
+//! non-zero when any item fails. Other arguments are the `process` mode's flags
+//! (`--env.terminal_backend docker`, `--config FILE`, …).
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use crate::env::Environment;
+use crate::testing::{CheckOptions, Kit};
+
+/// The clap definition of `check`.
+pub fn command() -> Command {
+    Command::new("check")
+        .about("Run every item's reference solution through the sandbox and verifier; report items below the maximum score")
+        .arg(
+            Arg::new("limit")
+                .long("limit")
+                .value_name("N")
+                .default_value("100")
+                .value_parser(clap::value_parser!(usize))
+                .help("Most training items to draw from get_next_item (repeated items run once)"),
+        )
+        .arg(
+            Arg::new("min-score")
+                .long("min-score")
+                .value_name("SCORE")
+                .default_value("1.0")
+                .value_parser(clap::value_parser!(f64))
+                .help("Lowest passing score"),
+        )
+        .arg(
+            Arg::new("concurrency")
+                .long("concurrency")
+                .value_name("N")
+                .default_value("4")
+                .value_parser(clap::value_parser!(usize))
+                .help("Items checked at once"),
+        )
+        .arg(
+            Arg::new("flags")
+                .value_name("PROCESS FLAGS")
+                .num_args(0..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true)
+                .action(ArgAction::Append)
+                .help("Flags of the process mode, e.g. --env.terminal_backend docker"),
+        )
+}
+
+/// Runs `check` for environment `E`.
+pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
+    let options = CheckOptions {
+        limit: *matches.get_one::<usize>("limit").expect("has a default"),
+        min_score: *matches.get_one::<f64>("min-score").expect("has a default"),
+        concurrency: *matches
+            .get_one::<usize>("concurrency")
+            .expect("has a default"),
+    };
+    let flags: Vec<String> = matches
+        .get_many::<String>("flags")
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let mut kit = Kit::<E>::builder().args(flags).start().await?;
+    let report = kit.check(&options).await;
+    let failures = report.failures();
+    for failure in &failures {
+        println!("FAIL {}", failure.describe());
+    }
+    let dup = if report.duplicates_skipped > 0 {
+        format!(
+            " ({} repeated training items skipped)",
+            report.duplicates_skipped
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "check: {} items, {} passed, {} failed (min score {}){dup}",
+        report.items.len(),
+        report.items.len() - failures.len(),
+        failures.len(),
+        options.min_score
+    );
+    anyhow::ensure!(
+        !report.items.is_empty(),
+        "the environment produced no items to check"
+    );
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{} of {} items did not reach {} with their reference solution",
+        failures.len(),
+        report.items.len(),
+        options.min_score
+    );
+    Ok(())
+}

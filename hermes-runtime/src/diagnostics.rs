@@ -1,0 +1,23 @@
+//! One-line renderings of errors and response bodies for error messages.
+
+/// An error and all its sources, joined with `": "`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// `text` on one line, cut to 300 characters (with `…` when cut).
+pub fn snippet(text: &str) -> String {
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 300 {
+        format!("{}…", one_line.chars().take(300).collect::<String>())
+    } else {
+        one_line
+    }
+}

@@ -1,0 +1,298 @@
+//! A Hugging Face tokenizer (`tokenizer.json`, through the `tokenizers` crate) with its chat
+//! template (`tokenizer_config.json` or `chat_template.jinja`, rendered with minijinja the way
+//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods).
+
+use std::path::{Path, PathBuf};
+
+use minijinja::value::Serde;
+use minijinja::{Environment, ErrorKind};
+use serde_json::Value;
+
+/// Why a tokenizer could not be loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// The tokenizer name is not a local file or directory.
+    #[error(
+        "tokenizer '{0}' is not a local path, and no model hub is reachable from here: pass a \
+         directory holding tokenizer.json and tokenizer_config.json (--env.tokenizer_name DIR)"
+    )]
+    NotLocal(String),
+    /// A file could not be read or parsed.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The tokenizer has no chat template.
+    #[error("{0}: the tokenizer has no chat template (chat_template in tokenizer_config.json or chat_template.jinja)")]
+    NoTemplate(PathBuf),
+    /// Encoding or decoding failed.
+    #[error("tokenizer: {0}")]
+    Codec(String),
+    /// The chat template failed to compile or render.
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+/// A tokenizer plus its chat template.
+pub struct ChatTokenizer {
+    tokenizer: tokenizers::Tokenizer,
+    templates: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    eos_id: Option<u32>,
+    source: String,
+}
+
+impl std::fmt::Debug for ChatTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTokenizer")
+            .field("source", &self.source)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The built-in byte-level tokenizer (one token per byte, ChatML specials) and its ChatML
+/// template with Hermes tool calls; the files live in `llm/tiny_tokenizer/`.
+const TINY_TOKENIZER: &str = include_str!("tiny_tokenizer/tokenizer.json");
+const TINY_CONFIG: &str = include_str!("tiny_tokenizer/tokenizer_config.json");
+
+fn token_text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// The default template of a `chat_template` value: a string, or a list of
+/// `{"name", "template"}` entries (the one named `default`, else the first).
+fn template_text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(list) => list
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+            .or_else(|| list.first())
+            .and_then(|t| t.get("template"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn raise_exception(message: String) -> Result<String, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+fn strftime_now(format: String) -> String {
+    // Templates use this for a date line in the system prompt; a fixed date keeps prompts
+    // prefix-stable across turns and runs.
+    format
+        .replace("%d", "01")
+        .replace("%b", "Jan")
+        .replace("%B", "January")
+        .replace("%m", "01")
+        .replace("%Y", "2026")
+}
+
+impl ChatTokenizer {
+    fn build(
+        tokenizer: tokenizers::Tokenizer,
+        config: &Value,
+        template: String,
+        source: String,
+    ) -> Result<Self, TokenizerError> {
+        let mut templates = Environment::new();
+        templates.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| TokenizerError::Template(e.to_string()))?,
+        );
+        templates.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        templates.add_function("raise_exception", raise_exception);
+        templates.add_function("strftime_now", strftime_now);
+        templates
+            .add_template_owned("chat", template)
+            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+        let eos_token = token_text(config.get("eos_token"));
+        let eos_id = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t));
+        Ok(ChatTokenizer {
+            tokenizer,
+            templates,
+            bos_token: token_text(config.get("bos_token")),
+            eos_token,
+            eos_id,
+            source,
+        })
+    }
+
+    /// The built-in tiny tokenizer: one token per byte (ids 0–255) plus `<|im_start|>` (256),
+    /// `<|im_end|>` (257, end of turn) and `<|endoftext|>` (258), with a ChatML template that
+    /// renders Hermes `<tool_call>` markup. Used by `--testing true` and tests.
+    pub fn builtin() -> Self {
+        let tokenizer = tokenizers::Tokenizer::from_bytes(TINY_TOKENIZER.as_bytes())
+            .expect("the built-in tokenizer.json is valid");
+        let config: Value =
+            serde_json::from_str(TINY_CONFIG).expect("the built-in tokenizer_config.json is valid");
+        let template = template_text(config.get("chat_template")).expect("built-in template");
+        Self::build(tokenizer, &config, template, "builtin".into())
+            .expect("the built-in chat template compiles")
+    }
+
+    /// The directory holding the built-in tokenizer's files, for `--env.tokenizer_name` in
+    /// tests of this crate's source tree.
+    pub fn builtin_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/llm/tiny_tokenizer")
+    }
+
+    /// Loads `tokenizer.json` and the chat template from a local directory (or from the
+    /// directory of a given `tokenizer.json`).
+    pub fn load(name: &str) -> Result<Self, TokenizerError> {
+        let path = Path::new(name);
+        if !path.exists() {
+            return Err(TokenizerError::NotLocal(name.to_owned()));
+        }
+        let dir = if path.is_dir() {
+            path.to_owned()
+        } else {
+            path.parent().unwrap_or(Path::new(".")).to_owned()
+        };
+        let file = if path.is_dir() {
+            dir.join("tokenizer.json")
+        } else {
+            path.to_owned()
+        };
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::File {
+                path: file.clone(),
+                reason: e.to_string(),
+            })?;
+        let config_path = dir.join("tokenizer_config.json");
+        let config: Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| TokenizerError::File {
+                path: config_path.clone(),
+                reason: e.to_string(),
+            })?,
+            Err(_) => Value::Object(Default::default()),
+        };
+        let jinja = dir.join("chat_template.jinja");
+        let template = match template_text(config.get("chat_template")) {
+            Some(t) => t,
+            None => std::fs::read_to_string(&jinja)
+                .map_err(|_| TokenizerError::NoTemplate(dir.clone()))?,
+        };
+        Self::build(tokenizer, &config, template, dir.display().to_string())
+    }
+
+    /// Token ids of `text`; `add_special_tokens` applies the tokenizer's post-processor (BOS).
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+        self.tokenizer
+            .encode_fast(text, add_special_tokens)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizerError::Codec(e.to_string()))
+    }
+
+    /// Text of `ids`.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
+        self.tokenizer
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Codec(e.to_string()))
+    }
+
+    /// The end-of-turn token id (`eos_token` of the config), if known.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
+    }
+
+    /// The BOS token id, if the config names one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_token
+            .as_deref()
+            .and_then(|t| self.tokenizer.token_to_id(t))
+    }
+
+    /// Renders `messages` (OpenAI-shaped JSON) with the chat template.
+    pub fn render(
+        &self,
+        messages: &[Value],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        let template = self
+            .templates
+            .get_template("chat")
+            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+        let ctx = minijinja::context! {
+            messages => Serde(messages),
+            tools => tools.map(Serde),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.clone().unwrap_or_default(),
+            eos_token => self.eos_token.clone().unwrap_or_default(),
+        };
+        template
+            .render(ctx)
+            .map_err(|e| TokenizerError::Template(format!("{e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn builtin_is_one_token_per_byte_with_chatml_specials() {
+        let t = ChatTokenizer::builtin();
+        assert_eq!(t.encode("hi", true).unwrap(), vec![104, 105]);
+        assert_eq!(
+            t.encode("<|im_start|>é<|im_end|>", false).unwrap(),
+            vec![256, 0xc3, 0xa9, 257]
+        );
+        assert_eq!(t.eos_id(), Some(257));
+        assert_eq!(t.decode(&[104, 105, 257], false).unwrap(), "hi<|im_end|>");
+        assert_eq!(t.decode(&[104, 105, 257], true).unwrap(), "hi");
+    }
+
+    #[test]
+    fn builtin_template_renders_chatml_with_tools_and_tool_calls() {
+        let t = ChatTokenizer::builtin();
+        let messages = vec![
+            json!({"role": "system", "content": "S"}),
+            json!({"role": "user", "content": "U"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "out"}),
+        ];
+        let text = t.render(&messages, None, true).unwrap();
+        assert_eq!(
+            text,
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n\
+             <tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls\"}}</tool_call><|im_end|>\n\
+             <|im_start|>tool\nout<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let tools = [json!({"type": "function", "function": {"name": "terminal"}})];
+        let with_tools = t.render(&messages[1..2], Some(&tools), false).unwrap();
+        assert!(with_tools.starts_with("<|im_start|>system\nYou may call functions."));
+        assert!(
+            with_tools.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"terminal\"}}\n</tools>"),
+            "{with_tools}"
+        );
+        assert!(with_tools.ends_with("<|im_start|>user\nU<|im_end|>\n"));
+    }
+
+    #[test]
+    fn load_reads_the_shipped_directory_and_rejects_hub_ids() {
+        let t = ChatTokenizer::load(ChatTokenizer::builtin_dir().to_str().unwrap()).unwrap();
+        assert_eq!(t.encode("a", false).unwrap(), vec![97]);
+        assert!(matches!(
+            ChatTokenizer::load("NousResearch/DeepHermes-3-Llama-3-3B-Preview"),
+            Err(TokenizerError::NotLocal(_))
+        ));
+    }
+}

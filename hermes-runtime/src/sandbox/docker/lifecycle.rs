@@ -1,0 +1,425 @@
+//! Container lifecycle that cannot leak: ownership labels, a process-wide registry of live
+//! containers, guards that remove their container when dropped (on a thread of their own, so
+//! neither cancellation nor a runtime shutting down can cut the removal short), an exit-time
+//! backstop over the registry, and [`remove_all_live`] for the signal handler.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Condvar, Mutex, Once};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bollard::query_parameters::RemoveContainerOptions;
+use bollard::{ClientVersion, Docker};
+use tracing::{debug, warn};
+
+use crate::sandbox::SandboxError;
+
+/// Label every container of this project carries (value `1`).
+pub const LABEL_MANAGED: &str = "hermes-env";
+/// The rollout's task id (`pool` for a pre-started container not yet handed out).
+pub const LABEL_TASK: &str = "hermes-env.task-id";
+/// The owning process id.
+pub const LABEL_OWNER_PID: &str = "hermes-env.owner-pid";
+/// The owning process's start time (clock ticks after boot), to tell a reused pid apart.
+pub const LABEL_OWNER_START: &str = "hermes-env.owner-start";
+/// The owning process's host name.
+pub const LABEL_OWNER_HOST: &str = "hermes-env.owner-host";
+/// Creation time (Unix seconds).
+pub const LABEL_CREATED: &str = "hermes-env.created";
+/// Hard deadline (Unix seconds): past it the reaper removes the container whoever owns it.
+pub const LABEL_DEADLINE: &str = "hermes-env.deadline";
+/// The environment's name.
+pub const LABEL_ENV: &str = "hermes-env.env";
+
+/// How long a removal may take before it is abandoned (the reaper catches the rest).
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the daemon is and which API version was negotiated with it; background removals
+/// connect afresh from this (a client must not outlive the runtime it was used on).
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// `unix:///var/run/docker.sock`, `tcp://host:2375`, ….
+    pub host: String,
+    /// The negotiated API version.
+    pub version: (usize, usize),
+}
+
+impl Endpoint {
+    /// A client for this endpoint (no request is made).
+    pub fn client(&self) -> Result<Docker, SandboxError> {
+        let version = ClientVersion {
+            major_version: self.version.0,
+            minor_version: self.version.1,
+        };
+        let result = if self.host.starts_with("unix://") {
+            Docker::connect_with_unix(&self.host, 120, &version)
+        } else if self.host.starts_with("tcp://") || self.host.starts_with("http://") {
+            Docker::connect_with_http(&self.host, 120, &version)
+        } else {
+            return Err(SandboxError::Daemon(format!(
+                "unsupported DOCKER_HOST '{}' (use unix:// or tcp://)",
+                self.host
+            )));
+        };
+        result.map_err(|e| {
+            SandboxError::Daemon(format!("cannot connect to Docker at {}: {e}", self.host))
+        })
+    }
+
+    /// Connects to `host` (default: `DOCKER_HOST`, else the local socket) and negotiates the
+    /// API version with the daemon.
+    pub async fn connect(host: Option<&str>) -> Result<(Docker, Endpoint), SandboxError> {
+        let host = host
+            .map(str::to_owned)
+            .or_else(|| std::env::var("DOCKER_HOST").ok())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
+        let unreachable = |e: &dyn std::fmt::Display| {
+            SandboxError::Daemon(format!(
+                "cannot reach the Docker daemon at {host}: {e} (is it running? check `docker info`)"
+            ))
+        };
+        let endpoint = Endpoint {
+            host: host.clone(),
+            version: (1, 53),
+        };
+        let docker = endpoint.client()?;
+        let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
+            .await
+            .map_err(|_| unreachable(&"no answer within 10 s"))?
+            .map_err(|e| unreachable(&e))?;
+        let v = docker.client_version();
+        let endpoint = Endpoint {
+            host,
+            version: (v.major_version, v.minor_version),
+        };
+        Ok((docker, endpoint))
+    }
+}
+
+/// Who owns a container: process id, its start time and the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Process id.
+    pub pid: u32,
+    /// Start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+    pub start: u64,
+    /// Host name.
+    pub host: String,
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            pid,
+            start: process_start(pid).unwrap_or(0),
+            host: hostname(),
+        }
+    }
+
+    /// The owner recorded in a container's labels.
+    pub fn from_labels(labels: &HashMap<String, String>) -> Option<Owner> {
+        Some(Owner {
+            pid: labels.get(LABEL_OWNER_PID)?.parse().ok()?,
+            start: labels.get(LABEL_OWNER_START)?.parse().ok()?,
+            host: labels.get(LABEL_OWNER_HOST)?.clone(),
+        })
+    }
+
+    /// Whether the owner still runs: `None` when it lives on another host (unknowable here).
+    pub fn is_alive(&self) -> Option<bool> {
+        if self.host != hostname() {
+            return None;
+        }
+        Some(process_start(self.pid) == Some(self.start))
+    }
+
+    /// The labels recording this owner.
+    pub fn labels(&self) -> [(&'static str, String); 3] {
+        [
+            (LABEL_OWNER_PID, self.pid.to_string()),
+            (LABEL_OWNER_START, self.start.to_string()),
+            (LABEL_OWNER_HOST, self.host.clone()),
+        ]
+    }
+}
+
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts at field 3 (state); the start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Live containers of this process (name → endpoint) and removals in flight.
+struct Registry {
+    live: Mutex<BTreeMap<String, Endpoint>>,
+    pending: Mutex<usize>,
+    drained: Condvar,
+}
+
+static REGISTRY: Registry = Registry {
+    live: Mutex::new(BTreeMap::new()),
+    pending: Mutex::new(0),
+    drained: Condvar::new(),
+};
+
+static AT_EXIT: Once = Once::new();
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Records a container (by name, before it is even created) so that exit and signal cleanup
+/// know about it; installs the exit-time backstop on first use.
+pub fn register(name: &str, endpoint: &Endpoint) {
+    AT_EXIT.call_once(|| {
+        // SAFETY: registering a plain `extern "C" fn` with atexit(3).
+        unsafe {
+            libc::atexit(remove_at_exit);
+        }
+    });
+    lock(&REGISTRY.live).insert(name.to_owned(), endpoint.clone());
+}
+
+/// Forgets a container that is gone.
+pub fn unregister(name: &str) {
+    lock(&REGISTRY.live).remove(name);
+}
+
+/// Names of the containers this process currently owns.
+pub fn live_names() -> Vec<String> {
+    lock(&REGISTRY.live).keys().cloned().collect()
+}
+
+/// Removes a container (force, with its anonymous volumes); a container that is already gone
+/// counts as removed.
+pub async fn remove_container(docker: &Docker, name: &str) -> Result<(), SandboxError> {
+    let options = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    let result =
+        tokio::time::timeout(REMOVE_TIMEOUT, docker.remove_container(name, Some(options))).await;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        })) => Ok(()),
+        // "removal already in progress": someone else is removing it.
+        Ok(Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            message,
+        })) if message.contains("already in progress") => Ok(()),
+        Ok(Err(e)) => Err(SandboxError::Daemon(format!("removing {name}: {e}"))),
+        Err(_) => Err(SandboxError::Daemon(format!(
+            "removing {name}: no answer within {}s",
+            REMOVE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Removes a container on a thread of its own with a fresh client, so that it completes even
+/// when the caller's runtime is shutting down. Exit cleanup waits for these.
+pub fn remove_detached(name: String, endpoint: Endpoint) {
+    *lock(&REGISTRY.pending) += 1;
+    let spawned = std::thread::Builder::new()
+        .name("hermes-sandbox-rm".into())
+        .spawn(move || {
+            remove_blocking(std::slice::from_ref(&name), &endpoint);
+            finish_pending();
+        });
+    if spawned.is_err() {
+        // No thread: leave it registered for the exit backstop.
+        finish_pending();
+    }
+}
+
+fn finish_pending() {
+    let mut pending = lock(&REGISTRY.pending);
+    *pending = pending.saturating_sub(1);
+    REGISTRY.drained.notify_all();
+}
+
+/// Removes `names` on a private current-thread runtime; unregisters the ones removed.
+fn remove_blocking(names: &[String], endpoint: &Endpoint) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!("cannot remove sandbox containers: no runtime: {e}");
+            return;
+        }
+    };
+    runtime.block_on(async {
+        let docker = match endpoint.client() {
+            Ok(d) => d,
+            Err(e) => {
+                warn!("cannot remove sandbox containers: {e}");
+                return;
+            }
+        };
+        let removals = names.iter().map(|name| {
+            let docker = &docker;
+            async move {
+                match remove_container(docker, name).await {
+                    Ok(()) => {
+                        debug!(container = %name, "sandbox container removed");
+                        unregister(name);
+                    }
+                    Err(e) => warn!("{e}"),
+                }
+            }
+        });
+        futures::future::join_all(removals).await;
+    });
+}
+
+fn wait_for_pending(limit: Duration) {
+    let pending = lock(&REGISTRY.pending);
+    let _ = REGISTRY
+        .drained
+        .wait_timeout_while(pending, limit, |p| *p > 0);
+}
+
+/// Removes every container this process still owns (signal handler and exit path): waits for
+/// removals already in flight, then removes the rest. Returns how many remain afterwards.
+pub async fn remove_all_live() -> usize {
+    let (done, finished) = tokio::sync::oneshot::channel();
+    // A plain thread (not the runtime's blocking pool) may start its own runtime.
+    let spawned = std::thread::Builder::new()
+        .name("hermes-sandbox-cleanup".into())
+        .spawn(move || {
+            wait_for_pending(REMOVE_TIMEOUT);
+            remove_registered();
+            let _ = done.send(());
+        });
+    if spawned.is_ok() {
+        let _ = finished.await;
+    }
+    live_names().len()
+}
+
+fn remove_registered() {
+    let snapshot: Vec<(String, Endpoint)> = lock(&REGISTRY.live)
+        .iter()
+        .map(|(n, e)| (n.clone(), e.clone()))
+        .collect();
+    let mut by_endpoint: BTreeMap<String, (Endpoint, Vec<String>)> = BTreeMap::new();
+    for (name, endpoint) in snapshot {
+        by_endpoint
+            .entry(endpoint.host.clone())
+            .or_insert_with(|| (endpoint, Vec::new()))
+            .1
+            .push(name);
+    }
+    for (endpoint, names) in by_endpoint.into_values() {
+        remove_blocking(&names, &endpoint);
+    }
+}
+
+/// The exit-time backstop: runs when the process exits normally (also after a test binary's
+/// last test), removing whatever guards could not.
+extern "C" fn remove_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        wait_for_pending(REMOVE_TIMEOUT);
+        if !live_names().is_empty() {
+            remove_registered();
+        }
+    });
+}
+
+/// Owns one container: removes it when dropped unless [`ContainerGuard::remove`] already did.
+#[derive(Debug)]
+pub struct ContainerGuard {
+    name: String,
+    endpoint: Endpoint,
+    removed: std::sync::atomic::AtomicBool,
+}
+
+impl ContainerGuard {
+    /// Guards `name`, which must already be registered.
+    pub fn new(name: String, endpoint: Endpoint) -> Self {
+        ContainerGuard {
+            name,
+            endpoint,
+            removed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Removes the container now (idempotent). Marked removed only once the daemon confirmed,
+    /// so a removal cut short by cancellation still leaves the guard's drop to do it.
+    pub async fn remove(&self, docker: &Docker) -> Result<(), SandboxError> {
+        if self.removed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        remove_container(docker, &self.name).await?;
+        self.removed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        unregister(&self.name);
+        Ok(())
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        if !self.removed.load(std::sync::atomic::Ordering::SeqCst) {
+            remove_detached(self.name.clone(), self.endpoint.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_a_changed_start_time_is_not() {
+        let me = Owner::current();
+        assert!(me.start > 0);
+        assert_eq!(me.is_alive(), Some(true));
+        let reused = Owner {
+            start: me.start + 1,
+            ..me.clone()
+        };
+        assert_eq!(reused.is_alive(), Some(false));
+        let elsewhere = Owner {
+            host: format!("{}-other", me.host),
+            ..me
+        };
+        assert_eq!(elsewhere.is_alive(), None);
+    }
+
+    #[test]
+    fn owner_round_trips_through_labels() {
+        let me = Owner::current();
+        let labels: HashMap<String, String> = me
+            .labels()
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        assert_eq!(Owner::from_labels(&labels), Some(me));
+    }
+}

@@ -1,0 +1,358 @@
+//! The Docker backend (bollard, API version negotiated with the daemon): one hardened,
+//! labelled container per task id with an idle entrypoint and one exec per command; creation
+//! bounded by a semaphore and a rate; an optional pool of pre-started containers; files moved
+//! through the archive (tar) endpoints.
+
+mod lifecycle;
+mod pool;
+pub mod reaper;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::CreateContainerOptions;
+use bollard::Docker;
+use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+use tokio::time::Instant;
+use tracing::{debug, info_span, Instrument};
+
+use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
+use crate::config::HermesEnvConfig;
+use lifecycle::{register, unregister, ContainerGuard};
+pub use lifecycle::{
+    remove_all_live, unix_now, Endpoint, Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV,
+    LABEL_MANAGED, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_TASK,
+};
+use pool::Pool;
+pub use sandbox::DockerSandbox;
+
+/// Time added to a container's lifetime for scoring before its deadline label expires.
+const SCORING_BUFFER: Duration = Duration::from_secs(300);
+
+/// How Docker sandboxes are created (from the `--env.docker_*` / `--env.container_*` /
+/// `--env.sandbox_*` flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DockerSettings {
+    /// Daemon address; `None` = `DOCKER_HOST` or the local socket.
+    pub host: Option<String>,
+    /// Default image.
+    pub image: String,
+    /// Memory limit in MiB (0 = none).
+    pub memory_mb: i64,
+    /// CPU limit (0 = none).
+    pub cpus: f64,
+    /// Process limit (0 = none).
+    pub pids_limit: i64,
+    /// Network mode: `none`, `bridge`, `host` or a network name.
+    pub network: String,
+    /// Bind mounts, `host:container[:ro]`.
+    pub mounts: Vec<String>,
+    /// tmpfs mounts, `path[:options]`.
+    pub tmpfs: Vec<String>,
+    /// Environment variables, `KEY=VALUE`.
+    pub env: Vec<String>,
+    /// Working directory of every command (created if missing).
+    pub workdir: String,
+    /// User commands run as; `None` = the image's user.
+    pub user: Option<String>,
+    /// Capabilities kept (all others are dropped).
+    pub cap_add: Vec<String>,
+    /// Pre-started containers kept per image.
+    pub pool_size: usize,
+    /// Container creations in flight at once.
+    pub create_concurrency: usize,
+    /// Container creations started per second (0 = unlimited).
+    pub create_rate: f64,
+    /// Longest life of a sandbox; its deadline label is this plus a scoring buffer.
+    pub lifetime: Duration,
+    /// Environment name recorded in the labels.
+    pub env_name: String,
+}
+
+impl DockerSettings {
+    /// Settings from the run's env config.
+    pub fn from_config(c: &HermesEnvConfig, env_name: &str) -> Self {
+        DockerSettings {
+            host: c.docker_host.clone(),
+            image: c.docker_image.clone(),
+            memory_mb: c.container_memory_mb,
+            cpus: c.container_cpus,
+            pids_limit: c.container_pids_limit,
+            network: c.container_network.clone(),
+            mounts: c.container_mounts.clone().unwrap_or_default(),
+            tmpfs: c.container_tmpfs.clone(),
+            env: c.container_env.clone().unwrap_or_default(),
+            workdir: c.container_workdir.clone(),
+            user: c.container_user.clone().filter(|u| !u.is_empty()),
+            cap_add: c.container_cap_add.clone(),
+            pool_size: c.sandbox_pool_size.max(0) as usize,
+            create_concurrency: c.sandbox_create_concurrency.max(1) as usize,
+            create_rate: c.sandbox_create_rate.max(0.0),
+            lifetime: Duration::from_secs(c.terminal_lifetime.max(1) as u64),
+            env_name: env_name.to_owned(),
+        }
+    }
+
+    /// The mount points of the tmpfs mounts (the archive API cannot reach inside them).
+    pub fn tmpfs_paths(&self) -> Vec<String> {
+        self.tmpfs
+            .iter()
+            .map(|t| {
+                t.split(':')
+                    .next()
+                    .unwrap_or("")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .filter(|p| !p.is_empty())
+            .collect()
+    }
+
+    fn host_config(&self) -> HostConfig {
+        let tmpfs: HashMap<String, String> = self
+            .tmpfs
+            .iter()
+            .map(|t| match t.split_once(':') {
+                Some((path, opts)) => (path.to_owned(), opts.to_owned()),
+                None => (t.clone(), String::new()),
+            })
+            .collect();
+        HostConfig {
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            cap_add: Some(self.cap_add.clone()).filter(|c| !c.is_empty()),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: (self.pids_limit > 0).then_some(self.pids_limit),
+            memory: (self.memory_mb > 0).then(|| self.memory_mb * 1024 * 1024),
+            nano_cpus: (self.cpus > 0.0).then_some((self.cpus * 1e9) as i64),
+            tmpfs: Some(tmpfs).filter(|t| !t.is_empty()),
+            network_mode: Some(self.network.clone()),
+            binds: Some(self.mounts.clone()).filter(|m| !m.is_empty()),
+            ..Default::default()
+        }
+    }
+}
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        DockerSettings::from_config(&HermesEnvConfig::default(), "hermes-env")
+    }
+}
+
+/// Spaces container creations `1 / rate` seconds apart.
+#[derive(Debug)]
+struct RateLimiter {
+    interval: Option<Duration>,
+    next: AsyncMutex<Instant>,
+}
+
+impl RateLimiter {
+    fn new(per_second: f64) -> Self {
+        RateLimiter {
+            interval: (per_second > 0.0).then(|| Duration::from_secs_f64(1.0 / per_second)),
+            next: AsyncMutex::new(Instant::now()),
+        }
+    }
+
+    async fn wait(&self) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        let slot = {
+            let mut next = self.next.lock().await;
+            let slot = (*next).max(Instant::now());
+            *next = slot + interval;
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
+    }
+}
+
+/// A started container not yet bound to a task.
+#[derive(Debug)]
+pub(crate) struct Container {
+    guard: ContainerGuard,
+    image: String,
+}
+
+/// State shared by the provider, its pool refills and its sandboxes.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    docker: Docker,
+    endpoint: Endpoint,
+    settings: DockerSettings,
+    owner: Owner,
+    permits: Semaphore,
+    rate: RateLimiter,
+}
+
+impl Shared {
+    /// Creates and starts a container (bounded by the semaphore and the rate). The name is
+    /// registered before the create call and the guard made right after it, so a failure
+    /// anywhere later removes the container.
+    async fn start_container(&self, image: &str, task: &str) -> Result<Container, SandboxError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| SandboxError::Create("the provider is shutting down".into()))?;
+        self.rate.wait().await;
+        let short: String = task
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(8)
+            .collect();
+        let name = format!(
+            "hermes-{short}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let now = unix_now();
+        let mut labels: HashMap<String, String> = HashMap::from([
+            (LABEL_MANAGED.into(), "1".into()),
+            (LABEL_TASK.into(), task.to_owned()),
+            (LABEL_CREATED.into(), now.to_string()),
+            (
+                LABEL_DEADLINE.into(),
+                (now + (self.settings.lifetime + SCORING_BUFFER).as_secs()).to_string(),
+            ),
+            (LABEL_ENV.into(), self.settings.env_name.clone()),
+        ]);
+        labels.extend(self.owner.labels().map(|(k, v)| (k.to_owned(), v)));
+        let body = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            entrypoint: Some(Vec::new()),
+            labels: Some(labels),
+            env: Some(self.settings.env.clone()).filter(|e| !e.is_empty()),
+            working_dir: Some(self.settings.workdir.clone()),
+            user: self.settings.user.clone(),
+            network_disabled: Some(self.settings.network == "none"),
+            host_config: Some(self.settings.host_config()),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        register(&name, &self.endpoint);
+        if let Err(e) = self.docker.create_container(Some(options), body).await {
+            unregister(&name);
+            return Err(create_error(image, &self.endpoint.host, e));
+        }
+        let guard = ContainerGuard::new(name.clone(), self.endpoint.clone());
+        if let Err(e) = self.docker.start_container(&name, None).await {
+            let _ = guard.remove(&self.docker).await;
+            return Err(create_error(image, &self.endpoint.host, e));
+        }
+        debug!(container = %name, image, "sandbox container started");
+        Ok(Container {
+            guard,
+            image: image.to_owned(),
+        })
+    }
+}
+
+fn create_error(image: &str, host: &str, e: bollard::errors::Error) -> SandboxError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } if message.contains("image") => SandboxError::Create(format!(
+            "image '{image}' is not available ({message}); build it with `sandbox-images/build` \
+             or pull it, or choose another with --env.docker_image"
+        )),
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => SandboxError::Create(format!(
+            "docker refused the container ({status_code}): {message}"
+        )),
+        other => SandboxError::Create(format!("cannot reach the Docker daemon at {host}: {other}")),
+    }
+}
+
+/// Creates one Docker container per task id.
+#[derive(Debug, Clone)]
+pub struct DockerProvider {
+    shared: Arc<Shared>,
+    pool: Option<Arc<Pool>>,
+}
+
+impl DockerProvider {
+    /// Connects to the daemon (negotiating the API version) and, with a pool size above 0,
+    /// starts filling the pool for the default image in the background.
+    pub async fn connect(settings: DockerSettings) -> Result<Self, SandboxError> {
+        let (docker, endpoint) = Endpoint::connect(settings.host.as_deref()).await?;
+        let shared = Arc::new(Shared {
+            docker,
+            endpoint,
+            owner: Owner::current(),
+            permits: Semaphore::new(settings.create_concurrency.max(1)),
+            rate: RateLimiter::new(settings.create_rate),
+            settings,
+        });
+        let pool = (shared.settings.pool_size > 0)
+            .then(|| Pool::new(Arc::clone(&shared), shared.settings.pool_size));
+        if let Some(pool) = &pool {
+            pool.refill(&shared.settings.image);
+        }
+        Ok(DockerProvider { shared, pool })
+    }
+
+    /// The bollard client (API version negotiated).
+    pub fn docker(&self) -> &Docker {
+        &self.shared.docker
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &DockerSettings {
+        &self.shared.settings
+    }
+
+    /// Waits until the pool holds its full size for `image` (or `timeout` passes); returns
+    /// how many are ready. Without a pool, returns 0 at once.
+    pub async fn wait_for_pool(&self, image: &str, timeout: Duration) -> usize {
+        match &self.pool {
+            Some(pool) => pool.wait_ready(image, timeout).await,
+            None => 0,
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxProvider for DockerProvider {
+    async fn create(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let image = spec
+            .image
+            .clone()
+            .unwrap_or_else(|| self.shared.settings.image.clone());
+        let span = info_span!("sandbox_create", task_id, image = %image);
+        async {
+            let pooled = self.pool.as_ref().and_then(|pool| {
+                let taken = pool.take(&image);
+                pool.refill(&image);
+                taken
+            });
+            let container = match pooled {
+                Some(c) => c,
+                None => self.shared.start_container(&image, task_id).await?,
+            };
+            let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
+                task_id,
+                container,
+                Arc::clone(&self.shared),
+            ));
+            Ok(sandbox)
+        }
+        .instrument(span)
+        .await
+    }
+}

@@ -1,0 +1,688 @@
+//! One task's container: commands through one exec each (streamed, capped, under a deadline
+//! that kills the command's process group inside the container), files through the archive
+//! endpoints (through `tar` in an exec for paths on tmpfs mounts, which those endpoints cannot
+//! see), removal through the container's guard.
+
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::StartExecResults;
+use bollard::models::ExecConfig;
+use bollard::query_parameters::{
+    ContainerArchiveInfoOptions, DownloadFromContainerOptions, UploadToContainerOptions,
+};
+use bollard::Docker;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, OnceCell};
+use tokio::time::{sleep_until, Instant};
+use tracing::{debug, warn};
+
+use super::{Container, Shared};
+use crate::sandbox::archive::{pack, unpack, PackSource, TarStream, Unpack, Unpacked};
+use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use crate::sandbox::{CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+
+/// When the shell reported its exit but its end marker is missing (the command closed the
+/// stream), output is still read until the stream is quiet this long …
+const DRAIN_QUIET: Duration = Duration::from_millis(200);
+/// … or at most this long.
+const DRAIN_MAX: Duration = Duration::from_millis(1000);
+/// Largest file `read_file` loads into memory.
+const READ_LIMIT: u64 = 100 * 1024 * 1024;
+/// Deadline of internal helper commands (kill, tar, stat).
+const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
+/// Symbolic links followed by `read_file` / `download_file`.
+const MAX_LINKS: usize = 8;
+
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, SandboxError>> + Send>>;
+
+/// What a helper command produced.
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: String,
+    code: i32,
+    /// What was sent on stdin.
+    packed: Transfer,
+}
+
+/// A task's container.
+pub struct DockerSandbox {
+    task_id: String,
+    container: Container,
+    shared: Arc<Shared>,
+    cwd: Mutex<String>,
+    home: OnceCell<String>,
+    tmpfs: Vec<String>,
+}
+
+impl std::fmt::Debug for DockerSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerSandbox")
+            .field("task_id", &self.task_id)
+            .field("container", &self.container.guard.name())
+            .field("image", &self.container.image)
+            .finish()
+    }
+}
+
+/// Maps an API error on the container itself.
+fn container_error(name: &str, e: bollard::errors::Error) -> SandboxError {
+    use bollard::errors::Error as E;
+    match e {
+        E::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => SandboxError::Gone(format!("container {name} no longer exists ({message})")),
+        E::DockerResponseServerError {
+            status_code: 409,
+            message,
+        } => SandboxError::Gone(format!("container {name} is not running ({message})")),
+        E::DockerResponseServerError {
+            status_code,
+            message,
+        } => SandboxError::Daemon(format!("{status_code}: {message}")),
+        other => SandboxError::Daemon(other.to_string()),
+    }
+}
+
+/// Maps an archive-endpoint error for `path`: a missing file is `NotFound`, a missing
+/// container `Gone`.
+fn archive_error(name: &str, path: &str, e: bollard::errors::Error) -> SandboxError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ref message,
+        } if !message.contains("No such container") => SandboxError::NotFound(path.to_owned()),
+        other => container_error(name, other),
+    }
+}
+
+/// Lexically normalises an absolute path (`.` and `..` resolved, no trailing slash).
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+fn parent_of(abs: &str) -> String {
+    match abs.rfind('/') {
+        Some(0) | None => "/".to_owned(),
+        Some(i) => abs[..i].to_owned(),
+    }
+}
+
+impl DockerSandbox {
+    pub(crate) fn new(task_id: &str, container: Container, shared: Arc<Shared>) -> Self {
+        DockerSandbox {
+            task_id: task_id.to_owned(),
+            cwd: Mutex::new(shared.settings.workdir.clone()),
+            tmpfs: shared.settings.tmpfs_paths(),
+            home: OnceCell::new(),
+            container,
+            shared,
+        }
+    }
+
+    /// The container's name (`hermes-<task>-<random>`, or `hermes-pool-…` when pre-started).
+    pub fn container_name(&self) -> &str {
+        self.container.guard.name()
+    }
+
+    /// The image the container runs.
+    pub fn image(&self) -> &str {
+        &self.container.image
+    }
+
+    fn docker(&self) -> &Docker {
+        &self.shared.docker
+    }
+
+    fn name(&self) -> &str {
+        self.container.guard.name()
+    }
+
+    /// The home directory of the command user (asked once; `/root` for root).
+    async fn home(&self) -> Result<&str, SandboxError> {
+        self.home
+            .get_or_try_init(|| async {
+                if matches!(self.shared.settings.user.as_deref(), Some("root" | "0")) {
+                    return Ok("/root".to_owned());
+                }
+                let argv = vec!["sh".into(), "-c".into(), "printf %s \"$HOME\"".into()];
+                let done = self.exec_collect(argv, None).await?;
+                let home = String::from_utf8_lossy(&done.stdout).trim().to_owned();
+                Ok(if done.code == 0 && home.starts_with('/') {
+                    home
+                } else {
+                    "/".to_owned()
+                })
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// Resolves `~`, `~/x` and relative paths (against the working directory) to a normalised
+    /// absolute path.
+    async fn abs(&self, path: &str) -> Result<String, SandboxError> {
+        let joined = if path == "~" {
+            self.home().await?.to_owned()
+        } else if let Some(rest) = path.strip_prefix("~/") {
+            format!("{}/{rest}", self.home().await?)
+        } else if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("{}/{path}", self.shared.settings.workdir)
+        };
+        Ok(normalize(&joined))
+    }
+
+    fn on_tmpfs(&self, abs: &str) -> bool {
+        self.tmpfs
+            .iter()
+            .any(|m| abs == m || abs.starts_with(&format!("{m}/")))
+    }
+
+    async fn create_exec(&self, argv: Vec<String>, stdin: bool) -> Result<String, SandboxError> {
+        let config = ExecConfig {
+            attach_stdin: Some(stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv),
+            user: self.shared.settings.user.clone(),
+            ..Default::default()
+        };
+        let created = self
+            .docker()
+            .create_exec(self.name(), config)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        Ok(created.id)
+    }
+
+    /// The exit code of a finished exec (waits briefly for the daemon to notice the exit).
+    async fn exec_exit_code(&self, exec_id: &str) -> Result<i32, SandboxError> {
+        for _ in 0..200 {
+            let info = self
+                .docker()
+                .inspect_exec(exec_id)
+                .await
+                .map_err(|e| container_error(self.name(), e))?;
+            if info.running != Some(true) {
+                return Ok(info.exit_code.unwrap_or(-1) as i32);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(SandboxError::Io(
+            "the command's exit code did not arrive".into(),
+        ))
+    }
+
+    /// Runs a helper command, optionally feeding it a tar stream on stdin.
+    async fn exec_collect(
+        &self,
+        argv: Vec<String>,
+        stdin: Option<TarStream>,
+    ) -> Result<Collected, SandboxError> {
+        let exec_id = self.create_exec(argv, stdin.is_some()).await?;
+        let started = self
+            .docker()
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = started
+        else {
+            return Err(SandboxError::Io("exec did not attach".into()));
+        };
+        let feed = async {
+            let Some(tar) = stdin else {
+                return Ok(None);
+            };
+            let (stream, done) = tar.into_parts();
+            futures::pin_mut!(stream);
+            let mut write_error = None;
+            while let Some(chunk) = stream.next().await {
+                match chunk {
+                    Ok(chunk) => {
+                        if let Err(e) = input.write_all(&chunk).await {
+                            write_error = Some(e);
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        write_error = Some(e);
+                        break;
+                    }
+                }
+            }
+            let _ = input.shutdown().await;
+            let packed = done
+                .await
+                .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))??;
+            match write_error {
+                Some(e) => Err(SandboxError::Io(format!("sending the archive: {e}"))),
+                None => Ok(Some(packed)),
+            }
+        };
+        let collect = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => out.extend_from_slice(&message),
+                    Ok(LogOutput::StdErr { message }) => err.extend_from_slice(&message),
+                    Ok(_) => {}
+                    Err(e) => return Err(container_error(self.name(), e)),
+                }
+            }
+            Ok((out, err))
+        };
+        let both = async { tokio::join!(feed, collect) };
+        let (fed, collected) = tokio::time::timeout(HELPER_TIMEOUT, both)
+            .await
+            .map_err(|_| SandboxError::Io("helper command timed out".into()))?;
+        let packed = fed?.unwrap_or_default();
+        let (stdout, err) = collected?;
+        let code = self.exec_exit_code(&exec_id).await?;
+        Ok(Collected {
+            stdout,
+            stderr: String::from_utf8_lossy(&err).trim().to_owned(),
+            code,
+            packed,
+        })
+    }
+
+    /// A tar stream of `abs` (its root entry named after the last path component).
+    async fn get_tar(&self, abs: &str) -> Result<ByteStream, SandboxError> {
+        if !self.on_tmpfs(abs) {
+            let options = DownloadFromContainerOptions {
+                path: abs.to_owned(),
+            };
+            let (name, path) = (self.name().to_owned(), abs.to_owned());
+            let stream = self
+                .docker()
+                .download_from_container(self.name(), Some(options))
+                .map(move |item| item.map_err(|e| archive_error(&name, &path, e)));
+            return Ok(Box::pin(stream));
+        }
+        let base = abs.rsplit('/').next().unwrap_or("").to_owned();
+        let argv = vec![
+            "tar".into(),
+            "-c".into(),
+            "-f".into(),
+            "-".into(),
+            "-C".into(),
+            parent_of(abs),
+            "--".into(),
+            base,
+        ];
+        let exec_id = self.create_exec(argv, false).await?;
+        let started = self
+            .docker()
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err(SandboxError::Io("exec did not attach".into()));
+        };
+        let (tx, rx) = mpsc::channel::<Result<Bytes, SandboxError>>(8);
+        let docker = self.docker().clone();
+        let (name, path) = (self.name().to_owned(), abs.to_owned());
+        tokio::spawn(async move {
+            let mut err = Vec::new();
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) => {
+                        if tx.send(Ok(message)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(LogOutput::StdErr { message }) => err.extend_from_slice(&message),
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(container_error(&name, e))).await;
+                        return;
+                    }
+                }
+            }
+            let code = match docker.inspect_exec(&exec_id).await {
+                Ok(info) => info.exit_code.unwrap_or(0),
+                Err(e) => {
+                    let _ = tx.send(Err(container_error(&name, e))).await;
+                    return;
+                }
+            };
+            if code != 0 {
+                let message = String::from_utf8_lossy(&err).trim().to_owned();
+                let error = if message.contains("No such file") {
+                    SandboxError::NotFound(path)
+                } else {
+                    SandboxError::Io(format!("tar of {path} failed: {message}"))
+                };
+                let _ = tx.send(Err(error)).await;
+            }
+        });
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })))
+    }
+
+    /// Extracts a tar stream (entry names relative to `/`) into the container; `abs` is the
+    /// target path, which decides the route.
+    async fn put_tar(&self, abs: &str, tar: TarStream) -> Result<Transfer, SandboxError> {
+        if self.on_tmpfs(abs) {
+            let argv = ["tar", "-x", "-f", "-", "-C", "/", "--no-overwrite-dir"]
+                .map(String::from)
+                .to_vec();
+            let done = self.exec_collect(argv, Some(tar)).await?;
+            if done.code != 0 {
+                return Err(SandboxError::Io(format!(
+                    "extracting into {abs} failed: {}",
+                    done.stderr
+                )));
+            }
+            return Ok(done.packed);
+        }
+        let (stream, done) = tar.into_parts();
+        let options = UploadToContainerOptions {
+            path: "/".into(),
+            ..Default::default()
+        };
+        let uploaded = self
+            .docker()
+            .upload_to_container(self.name(), Some(options), bollard::body_try_stream(stream))
+            .await;
+        let packed = done
+            .await
+            .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))?;
+        let stats = packed?;
+        uploaded.map_err(|e| archive_error(self.name(), abs, e))?;
+        Ok(stats)
+    }
+
+    /// Downloads `abs` into `target`, following symbolic links for file targets.
+    async fn fetch(&self, abs: String, target: Unpack) -> Result<Unpacked, SandboxError> {
+        let mut abs = abs;
+        for _ in 0..=MAX_LINKS {
+            let stream = self.get_tar(&abs).await?;
+            match unpack(stream, target.clone(), abs.clone()).await? {
+                Unpacked::Link(link) => {
+                    abs = if link.starts_with('/') {
+                        normalize(&link)
+                    } else {
+                        normalize(&format!("{}/{link}", parent_of(&abs)))
+                    };
+                }
+                done => return Ok(done),
+            }
+        }
+        Err(SandboxError::Path(format!(
+            "too many levels of symbolic links at {abs}"
+        )))
+    }
+
+    /// Mode bits of `abs` and whether it is a directory, via the archive endpoint (`None` when
+    /// it does not exist).
+    async fn stat(&self, abs: &str) -> Result<Option<(u32, bool)>, SandboxError> {
+        let options = ContainerArchiveInfoOptions {
+            path: abs.to_owned(),
+        };
+        match self
+            .docker()
+            .get_container_archive_info(self.name(), Some(options))
+            .await
+        {
+            Ok(stat) => Ok(Some((
+                stat.file_mode & 0o7777,
+                stat.file_mode & (1 << 31) != 0,
+            ))),
+            Err(e) => match archive_error(self.name(), abs, e) {
+                SandboxError::NotFound(_) => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn kill_group(&self, pgid: i32) {
+        let argv = vec![
+            "bash".into(),
+            "-c".into(),
+            "kill -KILL -- \"-$1\" 2>/dev/null; true".into(),
+            "hermes".into(),
+            pgid.to_string(),
+        ];
+        let killed = tokio::time::timeout(Duration::from_secs(10), self.exec_collect(argv, None));
+        match killed.await {
+            Ok(Ok(_)) => debug!(pgid, "timed-out command's process group killed"),
+            Ok(Err(e)) => warn!("cannot kill the timed-out command: {e}"),
+            Err(_) => warn!("killing the timed-out command did not finish within 10 s"),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    fn workdir(&self) -> &str {
+        &self.shared.settings.workdir
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let deadline = Instant::now() + request.timeout;
+        let cwd = match request.workdir.as_deref() {
+            Some(w) => self.abs(w).await?,
+            None => self.cwd.lock().expect("lock poisoned").clone(),
+        };
+        let nonce = nonce();
+        let exec_id = self
+            .create_exec(wrapper_argv(&cwd, &request.command, &nonce), false)
+            .await?;
+        let started = tokio::time::timeout_at(deadline, self.docker().start_exec(&exec_id, None))
+            .await
+            .map_err(|_| SandboxError::Daemon("starting the command timed out".into()))?
+            .map_err(|e| container_error(self.name(), e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err(SandboxError::Io("exec did not attach".into()));
+        };
+        let mut capture = CappedOutput::new(request.output_limit);
+        let mut sync = OutputSync::new(&nonce);
+        let mut report = ReportReader::default();
+        let mut drain_until: Option<Instant> = None;
+        let mut timed_out = false;
+        // Done at end of stream, or once the shell reported its exit and its end marker
+        // arrived on the output stream (a daemon it started may hold the stream open).
+        loop {
+            if report.finished() {
+                if sync.seen() {
+                    break;
+                }
+                drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
+            }
+            let wait_until = match drain_until {
+                Some(until) => until.min(Instant::now() + DRAIN_QUIET),
+                None => deadline,
+            };
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        sync.push(&message, |b| capture.push(b));
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => report.push(&message),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(container_error(self.name(), e)),
+                    None => break,
+                },
+                _ = sleep_until(wait_until) => {
+                    timed_out = drain_until.is_none();
+                    break;
+                }
+            }
+        }
+        if !sync.seen() {
+            sync.flush(|b| capture.push(b));
+        }
+        drop(output);
+        if timed_out {
+            if let Some(pgid) = report.report().pid {
+                self.kill_group(pgid).await;
+            }
+            let mut text = capture.finish();
+            text.push_str(&format!(
+                "\n[Command timed out after {}s]",
+                request.timeout.as_secs()
+            ));
+            return Ok(ExecOutput {
+                output: text,
+                exit_code: 124,
+                timed_out: true,
+            });
+        }
+        let exit_code = match report.report().exit {
+            Some((code, final_cwd)) => {
+                if request.workdir.is_none() {
+                    *self.cwd.lock().expect("lock poisoned") = final_cwd;
+                }
+                code
+            }
+            None => {
+                // The shell did not exit through its trap (killed, or bash is missing).
+                let code = self.exec_exit_code(&exec_id).await?;
+                let stray = report.stray_text();
+                if !stray.is_empty() {
+                    capture.push(stray.as_bytes());
+                }
+                code
+            }
+        };
+        Ok(ExecOutput {
+            output: capture.finish(),
+            exit_code,
+            timed_out: false,
+        })
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let abs = self.abs(path).await?;
+        match self
+            .fetch(abs, Unpack::Memory { limit: READ_LIMIT })
+            .await?
+        {
+            Unpacked::Bytes(bytes) => Ok(bytes),
+            _ => Err(SandboxError::Io(format!("{path}: unexpected archive"))),
+        }
+    }
+
+    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
+        let abs = self.abs(path).await?;
+        if abs == "/" {
+            return Err(SandboxError::IsDirectory(path.to_owned()));
+        }
+        let (mode, dirs_created) = if self.on_tmpfs(&abs) {
+            let script = "m=$(stat -c %a -- \"$1\" 2>/dev/null) || m=644; \
+                          [ -d \"$(dirname -- \"$1\")\" ] && echo \"$m 0\" || echo \"$m 1\"";
+            let argv = vec![
+                "sh".into(),
+                "-c".into(),
+                script.into(),
+                "sh".into(),
+                abs.clone(),
+            ];
+            let done = self.exec_collect(argv, None).await?;
+            let text = String::from_utf8_lossy(&done.stdout);
+            let mut fields = text.split_whitespace();
+            let mode = fields
+                .next()
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .unwrap_or(0o644);
+            (mode, fields.next() == Some("1"))
+        } else {
+            match self.stat(&abs).await? {
+                Some((_, true)) => return Err(SandboxError::IsDirectory(path.to_owned())),
+                Some((mode, false)) => (mode, false),
+                None => (0o644, self.stat(&parent_of(&abs)).await?.is_none()),
+            }
+        };
+        let tar = pack(PackSource::Bytes {
+            data: bytes.to_vec(),
+            name: abs[1..].to_owned(),
+            mode,
+        });
+        self.put_tar(&abs, tar).await?;
+        Ok(dirs_created)
+    }
+
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        let abs = self.abs(remote).await?;
+        let tar = pack(PackSource::File {
+            local: local.to_path_buf(),
+            name: abs[1..].to_owned(),
+        });
+        self.put_tar(&abs, tar).await
+    }
+
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        let abs = self.abs(remote).await?;
+        if abs == "/" {
+            return Err(SandboxError::Path(
+                "cannot upload a directory onto /".into(),
+            ));
+        }
+        let tar = pack(PackSource::Dir {
+            local: local.to_path_buf(),
+            prefix: abs[1..].to_owned(),
+        });
+        self.put_tar(&abs, tar).await
+    }
+
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        let abs = self.abs(remote).await?;
+        match self.fetch(abs, Unpack::File(local.to_path_buf())).await? {
+            Unpacked::Written(stats) => Ok(stats),
+            _ => Err(SandboxError::Io(format!("{remote}: unexpected archive"))),
+        }
+    }
+
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        let abs = self.abs(remote).await?;
+        let stream = self.get_tar(&abs).await?;
+        match unpack(stream, Unpack::Dir(local.to_path_buf()), abs).await? {
+            Unpacked::Written(stats) => Ok(stats),
+            _ => Err(SandboxError::Path(format!("{remote} is not a directory"))),
+        }
+    }
+
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.container.guard.remove(self.docker()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_normalised() {
+        assert_eq!(normalize("/root/./a/../b/"), "/root/b");
+        assert_eq!(normalize("/../.."), "/");
+        assert_eq!(parent_of("/root/x"), "/root");
+        assert_eq!(parent_of("/x"), "/");
+    }
+}
