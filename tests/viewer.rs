@@ -16,6 +16,7 @@ fn chromium() -> PathBuf {
     if let Ok(p) = std::env::var("HERMES_CHROMIUM") {
         return PathBuf::from(p);
     }
+    common::ensure_debian_package("chromium", "chromium");
     let path = std::env::var_os("PATH").unwrap_or_default();
     for name in ["chromium", "chromium-browser", "google-chrome"] {
         for dir in std::env::split_paths(&path) {

@@ -26,6 +26,13 @@ pub fn require_docker() {
             ),
             Err(e) => panic!("these tests need Docker: cannot run the `docker` CLI: {e}"),
         }
+        let image = Command::new("docker")
+            .args(["image", "inspect", IMAGE])
+            .output();
+        if !image.is_ok_and(|o| o.status.success()) {
+            // The offline image build needs mmdebstrap.
+            super::ensure_debian_package("mmdebstrap", "mmdebstrap");
+        }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/sandbox-images/build");
         let out = Command::new("timeout")
             .args(["900", script, "python"])

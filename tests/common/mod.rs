@@ -149,3 +149,45 @@ pub fn atropos_python() -> PathBuf {
     drop(lock);
     python
 }
+
+/// Makes sure the command `binary` exists, installing Debian package `package` with apt-get
+/// (once, under a lock) when it is missing and this test runs as root — the test set-up
+/// installs what it needs, so `cargo test --workspace` works on a fresh machine. Panics with
+/// a clear message when the package cannot be installed.
+pub fn ensure_debian_package(binary: &str, package: &str) {
+    let found = || {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {binary}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if found() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+    let lock = std::fs::File::create(target.join("apt-install.lock")).expect("lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` is dropped.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    if found() {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "this test needs `{binary}`: install it with `apt-get install -y {package}` (as root the test does it itself)"
+    );
+    let script = format!(
+        "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq {package}"
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs `{binary}`; running apt-get failed: {e}"));
+    assert!(
+        out.status.success() && found(),
+        "this test needs `{binary}`; `apt-get install -y {package}` failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
