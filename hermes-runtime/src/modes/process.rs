@@ -161,7 +161,7 @@ pub async fn run_process<E: Environment>(
                 let context = LogContext {
                     prefix: None,
                     length_limit: config.max_token_length,
-                    server_metrics: server_metrics(&rt.llm.take_request_stats()),
+                    server_metrics: server_metrics(&rt.take_request_stats()),
                 };
                 logger.log(done as i64 - 1, metrics.take(&*env, &context));
             }

@@ -99,6 +99,15 @@ impl<E: Environment> EnvAccess for SharedEnv<E> {
 }
 
 impl Runtime {
+    /// Request statistics per inference server since the last call (which clears them), from
+    /// the client that served the rollouts: `/generate` in Phase 2, chat completions otherwise.
+    pub fn take_request_stats(&self) -> Vec<crate::llm::RequestStats> {
+        match &self.tokens {
+            TokenSource::Managed(phase2) => phase2.client.take_request_stats(),
+            _ => self.llm.take_request_stats(),
+        }
+    }
+
     /// Loop settings for the split (eval runs at temperature 0).
     pub fn agent_settings(&self, split: Split) -> AgentSettings {
         let c = &self.config;

@@ -821,7 +821,7 @@ impl<E: Environment> Loop<E> {
             let context = LogContext {
                 prefix: Some(&self.registration.wandb_name),
                 length_limit: self.length_limit,
-                server_metrics: server_metrics(&self.rt.llm.take_request_stats()),
+                server_metrics: server_metrics(&self.rt.take_request_stats()),
             };
             logger.log(self.curr_step, metrics.take(&*env, &context));
             return;
