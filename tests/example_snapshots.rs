@@ -8,6 +8,9 @@
 #[path = "../examples/swe_pytest.rs"]
 mod swe_pytest;
 #[allow(dead_code)]
+#[path = "../examples/terminal_bench.rs"]
+mod terminal_bench;
+#[allow(dead_code)]
 #[path = "../examples/terminal_test.rs"]
 mod terminal_test;
 #[allow(dead_code)]
@@ -22,6 +25,7 @@ use hermes_env::Environment;
 use serde_json::{json, Value};
 
 use swe_pytest::SwePytest;
+use terminal_bench::TerminalBench;
 use terminal_test::TerminalTest;
 use web_research::WebResearch;
 
@@ -202,4 +206,16 @@ async fn a_recorded_cassette_replays_the_same_rollout() {
         "{:?}",
         unrecorded.run.llm_error
     );
+}
+
+#[tokio::test]
+async fn terminal_bench_prompts_and_verifier_rewards() {
+    // On the local backend the tasks that need their own image are skipped at setup; their
+    // images and Docker runs are covered by tests/terminal_bench_e2e.rs.
+    let mut kit = Kit::<TerminalBench>::builder().start().await.unwrap();
+    let value = summaries(&mut kit, 0).await;
+    for item in value.pointer("/eval").unwrap().as_array().unwrap() {
+        assert_eq!(item["reward"], 1.0, "{item}");
+    }
+    insta::assert_yaml_snapshot!(value);
 }
