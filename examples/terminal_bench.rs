@@ -231,6 +231,7 @@ async fn build_image(task_dir: &Path, tag: &str) -> Result<()> {
     total_steps = 1,
     steps_per_eval = 1,
     ensure_scores_are_not_same = false,
+    rollout_timeout = 1800.0,
 )]
 pub struct TerminalBench {
     /// Directory of task directories; empty = `examples/terminal_bench_tasks`.

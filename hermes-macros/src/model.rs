@@ -71,6 +71,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "turn_budget_chars",
     "preview_size_chars",
     "tool_result_overrides",
+    "rollout_timeout",
     "eval_size",
 ];
 

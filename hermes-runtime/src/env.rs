@@ -108,6 +108,11 @@ pub enum RewardOutcome {
         /// The error, one line.
         message: String,
     },
+    /// The agent loop ran past `rollout_timeout` and was stopped: reward 0, not verified.
+    Timeout {
+        /// The limit that expired, in seconds.
+        seconds: f64,
+    },
 }
 
 /// One finished, scored training rollout.

@@ -166,6 +166,9 @@ config_section! {
         preview_size_chars: i64 = 1500,
         /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (read_file is never saved).
         tool_result_overrides: Option<Map<String, Value>> = None,
+        /// Wall-clock limit of one rollout's agent loop in seconds (<= 0: none); a rollout that
+        /// runs past it is stopped and scores 0 with outcome `timeout`.
+        rollout_timeout: f64 = 0.0,
         /// Evaluate at most this many eval items (null = all).
         eval_size: Option<i64> = None,
     }

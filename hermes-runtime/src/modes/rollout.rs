@@ -195,35 +195,60 @@ pub async fn run_rollout_with<A: EnvAccess>(
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let settings = rt.agent_settings(split);
-        let run = match &rt.tokens {
-            TokenSource::Managed(phase2) => {
-                let session = ManagedSession::new(phase2);
-                let agent = AgentLoop {
-                    llm: &session,
-                    tools,
-                    sandbox: &sandbox,
-                    tool_permits: &rt.tool_permits,
-                    settings: &settings,
-                };
-                let mut run = agent.run(messages).await;
-                run.managed_state =
-                    Some(serde_json::to_value(session.nodes()).expect("nodes serialise"));
-                run
-            }
-            _ => {
-                let agent = AgentLoop {
-                    llm: &rt.llm,
-                    tools,
-                    sandbox: &sandbox,
-                    tool_permits: &rt.tool_permits,
-                    settings: &settings,
-                };
-                agent.run(messages).await
+        let prompt_messages = messages.clone();
+        let agent_run = async {
+            match &rt.tokens {
+                TokenSource::Managed(phase2) => {
+                    let session = ManagedSession::new(phase2);
+                    let agent = AgentLoop {
+                        llm: &session,
+                        tools,
+                        sandbox: &sandbox,
+                        tool_permits: &rt.tool_permits,
+                        settings: &settings,
+                    };
+                    let mut run = agent.run(messages).await;
+                    run.managed_state =
+                        Some(serde_json::to_value(session.nodes()).expect("nodes serialise"));
+                    run
+                }
+                _ => {
+                    let agent = AgentLoop {
+                        llm: &rt.llm,
+                        tools,
+                        sandbox: &sandbox,
+                        tool_permits: &rt.tool_permits,
+                        settings: &settings,
+                    };
+                    agent.run(messages).await
+                }
             }
         };
-        let (reward, outcome) = {
-            let env = env.read().await;
-            score(&*env, rt, item, &run, &sandbox, tools).await
+        let limit = rt.config.rollout_timeout;
+        let finished = if limit > 0.0 {
+            tokio::time::timeout(Duration::from_secs_f64(limit), agent_run)
+                .await
+                .ok()
+        } else {
+            Some(agent_run.await)
+        };
+        let (run, reward, outcome) = match finished {
+            Some(run) => {
+                let (reward, outcome) = {
+                    let env = env.read().await;
+                    score(&*env, rt, item, &run, &sandbox, tools).await
+                };
+                (run, reward, outcome)
+            }
+            None => {
+                warn!("rollout stopped after rollout_timeout = {limit} s; scored 0.0");
+                let run = AgentResult {
+                    messages: prompt_messages,
+                    llm_error: Some(format!("rollout timed out after {limit} s")),
+                    ..Default::default()
+                };
+                (run, 0.0, RewardOutcome::Timeout { seconds: limit })
+            }
         };
         if sandbox.is_created() {
             if let Ok(created) = sandbox.get().await {

@@ -597,6 +597,7 @@ impl CheckedItem {
                 RewardOutcome::NothingToVerify => "nothing to verify".to_owned(),
                 RewardOutcome::VerifierError { message } => format!("verifier error: {message}"),
                 RewardOutcome::InfraError { message } => format!("infrastructure error: {message}"),
+                RewardOutcome::Timeout { seconds } => format!("timed out after {seconds} s"),
             };
             if let Some(e) = &self.llm_error {
                 why.push_str(&format!("; agent loop: {e}"));
