@@ -250,7 +250,7 @@ pub async fn run_rollout_with<A: EnvAccess>(
                 (run, 0.0, RewardOutcome::Timeout { seconds: limit })
             }
         };
-        if sandbox.is_created() {
+        if sandbox.is_created() && sandbox.has_tool_state() {
             if let Ok(created) = sandbox.get().await {
                 if let Err(e) = crate::tools::cleanup_processes(created.as_ref()).await {
                     warn!("tool state cleanup failed: {e}");

@@ -1,6 +1,7 @@
 //! `TaskSandbox`: the rollout's handle to its sandbox, created on first use and shared by the
 //! agent's tools and the reward's `ToolContext`. Dropping the last handle tears it down.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::OnceCell;
@@ -13,6 +14,7 @@ pub struct TaskSandbox {
     provider: Arc<dyn SandboxProvider>,
     spec: SandboxSpec,
     cell: OnceCell<Arc<dyn Sandbox>>,
+    tool_state: AtomicBool,
 }
 
 impl std::fmt::Debug for TaskSandbox {
@@ -32,7 +34,19 @@ impl TaskSandbox {
             provider,
             spec: SandboxSpec::default(),
             cell: OnceCell::new(),
+            tool_state: AtomicBool::new(false),
         }
+    }
+
+    /// Records that a tool left state in the sandbox (background processes, saved results)
+    /// which must be cleaned up before teardown.
+    pub fn mark_tool_state(&self) {
+        self.tool_state.store(true, Ordering::Relaxed);
+    }
+
+    /// True when a tool left state to clean up.
+    pub fn has_tool_state(&self) -> bool {
+        self.tool_state.load(Ordering::Relaxed)
     }
 
     /// Uses `spec` (for example a per-item image) when the sandbox is created.

@@ -108,6 +108,7 @@ pub async fn persist(
             }
         })
         .collect();
+    sandbox.mark_tool_state();
     let saved = match sandbox.get().await {
         Ok(s) => {
             let path = format!("{}/results/{safe}.txt", state_dir(s.as_ref()));

@@ -177,6 +177,7 @@ pub async fn start_background(
         Err(e) => return failed(format!("Command execution failed: {e}")),
     };
     let id = new_session_id();
+    cx.sandbox.mark_tool_state();
     let dir = format!("{}/bg", state_dir(sandbox.as_ref()));
     if let Err(e) = sandbox
         .write_file(&format!("{dir}/{id}.sh"), command.as_bytes())
