@@ -212,6 +212,20 @@ pub fn resolve_tools(
     Ok((tools, distribution))
 }
 
+/// Constructs the environment from the merged config, runs its `setup` hook and resolves the
+/// tools it offers (built-ins plus its `register_tools`).
+pub(crate) async fn build_env<E: Environment>(
+    cfg: &ResolvedConfig,
+) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
+    let shared = Arc::new(cfg.env.clone());
+    let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
+    env.setup().await.context("setup hook failed")?;
+    let mut registry = ToolRegistry::builtin();
+    env.register_tools(&mut registry);
+    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+    Ok((env, shared, tools, distribution))
+}
+
 /// Builds the run's services and runs the selected mode.
 pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<()> {
     for w in &cfg.warnings {
@@ -259,7 +273,6 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
     };
     let tokens = match tokenizer {
         Some(tok) if phase2 => {
-            let parser = crate::parsers::get(&cfg.env.tool_call_parser)?;
             info!(
                 "Phase 2: /generate with token tracking, tokenizer {tok:?}, tool-call parser {}",
                 cfg.env.tool_call_parser
@@ -267,7 +280,7 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
             TokenSource::Managed(Arc::new(Phase2 {
                 client: GenerateClient::new(&cfg.servers, RetryPolicy::default())?,
                 tokenizer: tok,
-                parser,
+                parser: raw_parser,
                 preserve_think_blocks: cfg.env.thinking_mode,
             }))
         }
@@ -303,12 +316,7 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
         }
     }
 
-    let shared = Arc::new(cfg.env.clone());
-    let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
-    env.setup().await.context("setup hook failed")?;
-    let mut registry = ToolRegistry::builtin();
-    env.register_tools(&mut registry);
-    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+    let (mut env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
     let rt = Runtime {
         config: shared,
         llm,

@@ -145,6 +145,17 @@ impl Clone for LlmClient {
     }
 }
 
+/// The HTTP client shared by the inference clients: rustls with the ring provider, a 30 s
+/// connect timeout and a large idle pool for many concurrent rollouts.
+pub(crate) fn http_client() -> Result<reqwest::Client, LlmError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))
+}
+
 impl LlmClient {
     /// A client for `configs`; each needs a `base_url`.
     pub fn new(
@@ -155,12 +166,7 @@ impl LlmClient {
         if configs.is_empty() {
             return Err(LlmError::Config("no inference server configured".into()));
         }
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))?;
+        let http = http_client()?;
         let servers = configs
             .iter()
             .map(|c| {

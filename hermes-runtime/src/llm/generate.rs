@@ -199,12 +199,7 @@ impl GenerateClient {
         if configs.is_empty() {
             return Err(LlmError::Config("no inference server configured".into()));
         }
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))?;
+        let http = super::client::http_client()?;
         let servers = configs
             .iter()
             .map(|c| {

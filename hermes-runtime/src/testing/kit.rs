@@ -31,13 +31,12 @@ use tokio::sync::Semaphore;
 use super::reference::{ReferenceBook, ReferencePolicy};
 use super::server::{Policy, Reply, ScriptedServer};
 use crate::agent::AgentResult;
-use crate::app::{parse_invocation, resolve_tools, Resolved};
+use crate::app::{build_env, parse_invocation, Resolved};
 use crate::config::ServerType;
 use crate::env::{Environment, RewardOutcome};
 use crate::llm::{LlmClient, RetryPolicy, Split};
 use crate::modes::{run_rollout_with, Runtime, TokenSource};
 use crate::sandbox::{LocalProvider, SandboxProvider};
-use crate::tools::ToolRegistry;
 
 /// A boxed policy (the scripted server needs a sized one).
 struct BoxedPolicy(Box<dyn Policy>);
@@ -144,12 +143,7 @@ impl<E: Environment> KitBuilder<E> {
                 ),
                 other => bail!("terminal_backend '{other}' is not supported; use local or docker"),
             };
-        let shared = Arc::new(cfg.env.clone());
-        let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
-        env.setup().await.context("setup hook failed")?;
-        let mut registry = ToolRegistry::builtin();
-        env.register_tools(&mut registry);
-        let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+        let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
         let rt = Runtime {
             config: shared,
             llm,
