@@ -183,13 +183,16 @@ async fn bare_pool(rt: Arc<Runtime>, groups: u64) -> Duration {
             let item = Item {
                 id: spawned as usize,
             };
-            joins.spawn(async move { collect_group(&*env, &rt, item).await.0 });
+            joins.spawn(async move { collect_group(&*env, &rt, item).await.result });
         }
-        joins
+        if let Err(failed) = joins
             .join_next()
             .await
             .expect("a worker")
-            .expect("no panic");
+            .expect("no panic")
+        {
+            panic!("a benchmark group failed: {:?}", failed.outcome);
+        }
         done += 1;
     }
     started.elapsed()
@@ -226,7 +229,7 @@ async fn main() -> anyhow::Result<()> {
         opts.tick = Duration::from_millis(tick_ms);
         let env = bench_env(&rt);
         let started = Instant::now();
-        let summary = run_serve(env, rt, opts).await?;
+        let summary = run_serve(env, rt, opts, &hermes_env::shutdown::Shutdown::new()).await?;
         let secs = started.elapsed().as_secs_f64();
         println!(
             "  serve loop, tick {tick_ms:>3} ms (upstream 100 ms): {:>8.1} groups/s ({} sent in {secs:.2} s; {:.0}% of baseline)",
@@ -238,7 +241,10 @@ async fn main() -> anyhow::Result<()> {
 
     // API client cost per group.
     let env = bench_env(&rt);
-    let (mut group, _) = collect_group(&env, &rt, Item { id: 7 }).await;
+    let mut group = collect_group(&env, &rt, Item { id: 7 })
+        .await
+        .result
+        .map_err(|f| anyhow::anyhow!("the group failed: {:?}", f.outcome))?;
     group.fill_absent_nulls();
     group.env_id = hermes_env::atropos::Slot::Value(0);
     let json = serde_json::to_vec(&group)?;

@@ -38,7 +38,7 @@ pub use hermes_runtime::sandbox::SandboxSpec;
 pub use hermes_runtime::schemars;
 pub use hermes_runtime::{
     agent, app, atropos, commands, config, context, env, llm, modes, parsers, progress, sandbox,
-    testing, tools, wandb,
+    shutdown, testing, tools, wandb,
 };
 
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.

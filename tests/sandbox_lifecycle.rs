@@ -354,11 +354,21 @@ fn a_panic_in_compute_reward_leaves_no_container() {
         panic!("expected a run");
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(async { tokio::time::timeout(RUN_LIMIT, execute::<Panicky>(*cfg)).await })
+    let shutdown = hermes_env::shutdown::Shutdown::new();
+    let err = runtime
+        .block_on(async {
+            tokio::time::timeout(RUN_LIMIT, execute::<Panicky>(*cfg, &shutdown)).await
+        })
         .expect("bounded")
-        .expect("the run goes on after a panicking reward");
-    assert_eq!(scores(&jsonl), [0.0; 4]);
+        .expect_err("a verifier that always panics produces no training data");
+    let err = format!("{err:#}");
+    assert!(err.contains("compute_reward panicked"), "{err}");
+    // A verifier failure is never a 0.0 reward: nothing in the JSONL, the item in the
+    // failures file.
+    assert_eq!(scores(&jsonl), Vec::<f64>::new());
+    let failures = std::fs::read_to_string(dir.path().join("out.failures.jsonl")).unwrap();
+    assert_eq!(failures.lines().count(), 1, "{failures}");
+    assert!(failures.contains("\"outcome\":\"verifier\""), "{failures}");
     let left = wait_until_no_containers(std::process::id(), Duration::from_secs(30));
     assert_eq!(left, Vec::<String>::new(), "containers left after a panic");
 }
@@ -389,15 +399,19 @@ fn a_bad_image_is_an_infrastructure_failure_per_rollout_and_the_run_goes_on() {
         .arg(dir.path())
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Nothing could be evaluated: a non-zero exit naming the cause, never a 0.0 score.
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        last.starts_with("error: no eval item could be scored"),
+        "{stderr}"
     );
+    assert!(last.contains("hermes-env/no-such-image:nope"), "{stderr}");
     let outcomes = eval_outcomes(dir.path());
     assert_eq!(outcomes.len(), 3);
     for o in outcomes {
-        assert_eq!(o["kind"], "infra_error", "{o}");
+        assert_eq!(o["kind"], "sandbox_failure", "{o}");
         assert!(
             o["message"]
                 .as_str()
@@ -501,14 +515,21 @@ fn a_container_killed_mid_rollout_is_an_infrastructure_failure() {
         panic!("expected a run");
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime
-        .block_on(async { tokio::time::timeout(RUN_LIMIT, execute::<Vanishing>(*cfg)).await })
+    let shutdown = hermes_env::shutdown::Shutdown::new();
+    let err = runtime
+        .block_on(async {
+            tokio::time::timeout(RUN_LIMIT, execute::<Vanishing>(*cfg, &shutdown)).await
+        })
         .expect("bounded")
-        .expect("the run goes on");
+        .expect_err("every container vanishes: nothing can be scored");
+    assert!(
+        format!("{err:#}").contains("no eval item could be scored"),
+        "{err:#}"
+    );
     let outcomes = eval_outcomes(dir.path());
     assert_eq!(outcomes.len(), 2);
     for o in outcomes {
-        assert_eq!(o["kind"], "infra_error", "{o}");
+        assert_eq!(o["kind"], "sandbox_failure", "{o}");
         assert!(
             o["message"].as_str().unwrap().contains("no longer exists"),
             "{o}"

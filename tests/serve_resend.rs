@@ -158,10 +158,18 @@ async fn undelivered_groups_are_resent_when_the_api_answers_again() {
     let mut opts = ServeOptions::new("resend-test", "scripted");
     opts.startup_delay = Duration::ZERO;
     opts.retry = fast;
-    let summary = tokio::time::timeout(Duration::from_secs(60), run_serve(env, Arc::new(rt), opts))
-        .await
-        .expect("serve stops at total_steps")
-        .unwrap();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(60),
+        run_serve(
+            env,
+            Arc::new(rt),
+            opts,
+            &hermes_env::shutdown::Shutdown::new(),
+        ),
+    )
+    .await
+    .expect("serve stops at total_steps")
+    .unwrap();
     assert!(
         stub.refused.load(Ordering::SeqCst) >= 6,
         "the outage was hit"

@@ -73,6 +73,10 @@ pub const SHARED_FIELDS: &[&str] = &[
     "tool_result_overrides",
     "rollout_timeout",
     "eval_size",
+    "max_rollout_retries",
+    "shutdown_grace",
+    "outbox_spool_dir",
+    "outbox_spool_max_mb",
 ];
 
 /// A checked `#[hermes_env]` struct.

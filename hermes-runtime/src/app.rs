@@ -1,6 +1,7 @@
 //! The generated binary's `main`: parse the command line, resolve the config, build the run's
-//! services and dispatch to a mode. Errors are one line on stderr with exit code 2; Ctrl-C
-//! cancels the run and every sandbox is torn down (exit code 130).
+//! services and dispatch to a mode. Errors are one line on stderr with exit code 2. The first
+//! SIGINT/SIGTERM stops a run gracefully (exit 0, see [`crate::shutdown`]); a second cancels
+//! it (exit 130). Every sandbox is torn down either way.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ use crate::modes::{
     run_evaluate, run_process, run_serve, write_evaluate_config, Runtime, ServeOptions, TokenSource,
 };
 use crate::sandbox::{LocalProvider, SandboxProvider};
+use crate::shutdown::{Interrupted, Shutdown};
 use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
 use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
 
@@ -50,17 +52,17 @@ pub fn main<E: Environment>() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async {
-        let work = async {
-            match invocation {
-                Resolved::Run(cfg) => execute::<E>(*cfg).await,
-                Resolved::Utility(name, matches) => {
-                    crate::commands::run::<E>(&name, &matches).await
-                }
-            }
-        };
-        let outcome = tokio::select! {
-            result = work => Some(result),
-            () = shutdown_signal() => None,
+        let shutdown = Shutdown::on_signals();
+        let outcome = match invocation {
+            // Runs stop gracefully on the first signal; only a second one cancels them.
+            Resolved::Run(cfg) => tokio::select! {
+                result = execute::<E>(*cfg, &shutdown) => Some(result),
+                () = shutdown.forced() => None,
+            },
+            Resolved::Utility(name, matches) => tokio::select! {
+                result = crate::commands::run::<E>(&name, &matches) => Some(result),
+                () = shutdown.requested() => None,
+            },
         };
         // The cancelled rollouts' guards are removing their containers; wait for them and
         // remove whatever is left (a second Ctrl-C does not cut this short).
@@ -69,6 +71,10 @@ pub fn main<E: Environment>() -> ExitCode {
     });
     match outcome {
         Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(e)) if e.is::<Interrupted>() => {
+            eprintln!("interrupted before the run started; sandboxes removed");
+            ExitCode::from(130)
+        }
         Some(Err(e)) => {
             eprintln!("error: {}", one_line(&format!("{e:#}")));
             ExitCode::from(2)
@@ -125,21 +131,6 @@ pub(crate) async fn docker_backend(
         .await
         .context("start-up reaper")?;
     Ok(provider)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = ctrl_c.await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
-    }
 }
 
 /// What to do after parsing: run a mode with a resolved config, or a utility subcommand.
@@ -226,8 +217,11 @@ pub(crate) async fn build_env<E: Environment>(
     Ok((env, shared, tools, distribution))
 }
 
-/// Builds the run's services and runs the selected mode.
-pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<()> {
+/// Builds the run's services and runs the selected mode; `shutdown` stops it gracefully.
+pub async fn execute<E: Environment>(
+    mut cfg: ResolvedConfig,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
     for w in &cfg.warnings {
         warn!("{w}");
     }
@@ -316,7 +310,8 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
         }
     }
 
-    let (mut env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
+    let (mut env, shared, tools, distribution) =
+        shutdown.unless_requested(build_env::<E>(&cfg)).await??;
     let rt = Runtime {
         config: shared,
         llm,
@@ -335,7 +330,7 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
             } else {
                 None
             };
-            let result = run_process(&mut env, &rt, workers, wandb.as_ref()).await;
+            let result = run_process(&mut env, &rt, workers, wandb.as_ref(), shutdown).await;
             let report = match wandb {
                 Some(logger) => Some(logger.finish(i32::from(result.is_err())).await),
                 None => None,
@@ -363,7 +358,7 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
                 .first()
                 .map(|s| s.model_name.clone())
                 .unwrap_or_default();
-            let s = run_evaluate(&env, &rt, desc.name, &model).await?;
+            let s = run_evaluate(&env, &rt, desc.name, &model, shutdown).await?;
             print!("{}", crate::modes::report::evaluate_summary(&s));
         }
         Mode::Serve => {
@@ -376,20 +371,8 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
             if cfg.env.use_wandb {
                 opts.wandb_config = Some(redacted_env_config(&cfg));
             }
-            let s = run_serve(env, Arc::new(rt), opts).await?;
-            println!(
-                "serve: stopped at trainer step {}: {} groups sent, {} dropped by the group rules, {} refused by the API, \
-                 {} resent after {} re-registrations, {} lost, {} workers timed out, {} evaluations",
-                s.final_step,
-                s.groups_sent,
-                s.groups_dropped,
-                s.groups_rejected,
-                s.groups_resent,
-                s.reregistrations,
-                s.groups_lost,
-                s.workers_timed_out,
-                s.evals
-            );
+            let s = run_serve(env, Arc::new(rt), opts, shutdown).await?;
+            print!("{}", crate::modes::report::serve_summary(&s));
         }
     }
     Ok(())

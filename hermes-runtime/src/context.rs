@@ -2,7 +2,7 @@
 //! processes). The framework tears the sandbox down after the reward; authors never clean up.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -44,6 +44,7 @@ pub struct ToolContext {
     tools: Arc<ToolSet>,
     terminal_timeout: Duration,
     llm: Option<LlmClient>,
+    unrunnable: OnceLock<String>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -62,7 +63,14 @@ impl ToolContext {
             tools,
             terminal_timeout,
             llm: None,
+            unrunnable: OnceLock::new(),
         }
+    }
+
+    /// The first reward command that could not run (see [`SandboxError::NotRunnable`]), even
+    /// when `compute_reward` swallowed the error: the rollout is then a verifier failure.
+    pub fn unrunnable_command(&self) -> Option<&str> {
+        self.unrunnable.get().map(String::as_str)
     }
 
     /// Lets [`ToolContext::judge`] call the run's inference servers through `llm`.
@@ -110,6 +118,12 @@ impl ToolContext {
     }
 
     /// Runs a shell command with an explicit timeout (the process group is killed on expiry).
+    ///
+    /// A command that could not run at all — its program is not installed (exit 127,
+    /// "command not found"), its interpreter is missing (exit 126), or `python -m X` finds no
+    /// module `X` — is [`SandboxError::NotRunnable`]: the verifier is broken, and the
+    /// rollout becomes a verifier failure rather than a 0 for the model. A verifier for which a
+    /// missing program *is* the model's failure tests for it itself (`command -v X || exit 1`).
     pub async fn terminal_with_timeout(
         &self,
         command: &str,
@@ -117,6 +131,10 @@ impl ToolContext {
     ) -> Result<TerminalOutput, SandboxError> {
         let sandbox = self.sandbox.get().await?;
         let out = sandbox.exec(ExecRequest::new(command, timeout)).await?;
+        if let Some(why) = not_runnable(command, out.exit_code, &out.output) {
+            let _ = self.unrunnable.set(why.clone());
+            return Err(SandboxError::NotRunnable(why));
+        }
         Ok(TerminalOutput {
             output: out.output.trim().to_owned(),
             exit_code: out.exit_code,
@@ -224,5 +242,103 @@ impl ToolContext {
             user_task: "",
         };
         to_python_string(&self.tools.call(name, args, &cx).await)
+    }
+}
+
+/// Why a reward command's result means it could not run at all, or `None`.
+fn not_runnable(command: &str, exit_code: i32, output: &str) -> Option<String> {
+    let last = output
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let shown = crate::agent::clip(command.trim(), 200);
+    let missing_program = exit_code == 127
+        && output
+            .lines()
+            .any(|l| l.ends_with("command not found") || l.ends_with(": not found"));
+    let missing_interpreter = exit_code == 126
+        && (output.contains("bad interpreter") || output.contains("cannot execute"));
+    let missing_module =
+        python_module(command).is_some_and(|m| output.contains(&format!("No module named {m}")));
+    (missing_program || missing_interpreter || missing_module)
+        .then(|| format!("reward command `{shown}` could not run (exit {exit_code}): {last}"))
+}
+
+/// `X` of a `python… -m X` command.
+fn python_module(command: &str) -> Option<&str> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    words.windows(3).find_map(|w| {
+        let interpreter = w[0].rsplit('/').next().unwrap_or(w[0]);
+        (interpreter.starts_with("python") && w[1] == "-m").then_some(w[2])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_that_cannot_run_are_told_apart_from_failing_ones() {
+        let cases = [
+            (
+                "pytest -q",
+                127,
+                "bash: line 1: pytest: command not found",
+                true,
+            ),
+            (
+                "python3 -m pytest -q t",
+                1,
+                "/usr/bin/python3: No module named pytest",
+                true,
+            ),
+            (
+                "./t.sh",
+                126,
+                "bash: ./t.sh: /usr/bin/ruby: bad interpreter: No such file",
+                true,
+            ),
+            ("sh -c 'pytest'", 127, "sh: 1: pytest: not found", true),
+            // The model's own failures: a script it did not write, a failing test run.
+            (
+                "./run.sh",
+                127,
+                "bash: line 1: ./run.sh: No such file or directory",
+                false,
+            ),
+            ("./run.sh", 126, "bash: ./run.sh: Permission denied", false),
+            (
+                "python3 -m pytest -q t",
+                1,
+                "1 failed, 2 passed in 0.1s",
+                false,
+            ),
+            (
+                "python3 t.py",
+                1,
+                "ModuleNotFoundError: No module named 'solution'",
+                false,
+            ),
+            (
+                "cat out.txt",
+                1,
+                "cat: out.txt: No such file or directory",
+                false,
+            ),
+        ];
+        for (command, code, output, expected) in cases {
+            assert_eq!(
+                not_runnable(command, code, output).is_some(),
+                expected,
+                "{command} → {code}: {output}"
+            );
+        }
+        let why = not_runnable("pytest -q", 127, "x\nbash: pytest: command not found\n").unwrap();
+        assert_eq!(
+            why,
+            "reward command `pytest -q` could not run (exit 127): bash: pytest: command not found"
+        );
     }
 }

@@ -90,29 +90,163 @@ pub trait Environment: EnvDefinition {
 /// Metric name → value (`eval/mean_reward`, `train/accuracy`, …), sorted for stable output.
 pub type Metrics = BTreeMap<String, f64>;
 
-/// Why a rollout's reward is what it is.
+/// How a rollout ended. The first three are the model's own outcomes and become training
+/// data; the other three are failures of something the model does not control: they never
+/// reach a group, the trajectory API or a mean reward, and are retried and counted instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardOutcome {
     /// `compute_reward` returned this score.
     Scored,
-    /// The agent produced nothing to verify (no turns, or only the prompt): reward 0.
-    NothingToVerify,
-    /// `compute_reward` failed; the model gets 0 but the failure is the verifier's.
-    VerifierError {
-        /// The error, one line.
-        message: String,
-    },
-    /// The sandbox or another piece of infrastructure failed; not the model's fault.
-    InfraError {
-        /// The error, one line.
-        message: String,
+    /// The model produced nothing to verify (no turns, or only the prompt): reward 0.
+    ModelEnded {
+        /// Why, one line.
+        reason: String,
     },
     /// The agent loop ran past `rollout_timeout` and was stopped: reward 0, not verified.
     Timeout {
         /// The limit that expired, in seconds.
         seconds: f64,
     },
+    /// An inference call failed after its retries and failover.
+    LlmFailure {
+        /// The error, one line.
+        message: String,
+    },
+    /// The sandbox (container, daemon, scratch directory) failed during the rollout.
+    SandboxFailure {
+        /// The error, one line.
+        message: String,
+    },
+    /// `compute_reward` failed, panicked, returned a non-finite score, or one of its
+    /// commands could not run (a missing interpreter or test runner).
+    VerifierFailure {
+        /// The error, one line.
+        message: String,
+    },
+}
+
+/// The kinds of rollout failure (outcomes that are not training data), for counts, metric
+/// names (`train/rollout_failures_<kind>`) and the failures file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// [`RewardOutcome::LlmFailure`].
+    Llm,
+    /// [`RewardOutcome::SandboxFailure`].
+    Sandbox,
+    /// [`RewardOutcome::VerifierFailure`].
+    Verifier,
+}
+
+impl FailureKind {
+    /// Every kind, in display order.
+    pub const ALL: [FailureKind; 3] = [
+        FailureKind::Llm,
+        FailureKind::Sandbox,
+        FailureKind::Verifier,
+    ];
+
+    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Llm => "llm",
+            FailureKind::Sandbox => "sandbox",
+            FailureKind::Verifier => "verifier",
+        }
+    }
+}
+
+impl RewardOutcome {
+    /// The failure kind, or `None` for the model's own outcomes (training data).
+    pub fn failure(&self) -> Option<FailureKind> {
+        match self {
+            RewardOutcome::Scored
+            | RewardOutcome::ModelEnded { .. }
+            | RewardOutcome::Timeout { .. } => None,
+            RewardOutcome::LlmFailure { .. } => Some(FailureKind::Llm),
+            RewardOutcome::SandboxFailure { .. } => Some(FailureKind::Sandbox),
+            RewardOutcome::VerifierFailure { .. } => Some(FailureKind::Verifier),
+        }
+    }
+
+    /// True for the model's own outcomes: the rollout may be trained on.
+    pub fn is_training_data(&self) -> bool {
+        self.failure().is_none()
+    }
+
+    /// The failure's message, for failures.
+    pub fn failure_message(&self) -> Option<&str> {
+        match self {
+            RewardOutcome::LlmFailure { message }
+            | RewardOutcome::SandboxFailure { message }
+            | RewardOutcome::VerifierFailure { message } => Some(message),
+            _ => None,
+        }
+    }
+}
+
+/// Failed rollouts counted per [`FailureKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    /// LLM failures.
+    pub llm: usize,
+    /// Sandbox failures.
+    pub sandbox: usize,
+    /// Verifier failures.
+    pub verifier: usize,
+}
+
+impl FailureCounts {
+    /// Counts one failure of `kind`.
+    pub fn add(&mut self, kind: FailureKind) {
+        *self.get_mut(kind) += 1;
+    }
+
+    /// The count of `kind`.
+    pub fn get(&self, kind: FailureKind) -> usize {
+        match kind {
+            FailureKind::Llm => self.llm,
+            FailureKind::Sandbox => self.sandbox,
+            FailureKind::Verifier => self.verifier,
+        }
+    }
+
+    fn get_mut(&mut self, kind: FailureKind) -> &mut usize {
+        match kind {
+            FailureKind::Llm => &mut self.llm,
+            FailureKind::Sandbox => &mut self.sandbox,
+            FailureKind::Verifier => &mut self.verifier,
+        }
+    }
+
+    /// All failures.
+    pub fn total(&self) -> usize {
+        self.llm + self.sandbox + self.verifier
+    }
+
+    /// Adds `other`'s counts.
+    pub fn merge(&mut self, other: &FailureCounts) {
+        for k in FailureKind::ALL {
+            *self.get_mut(k) += other.get(k);
+        }
+    }
+}
+
+/// `"3 (2 llm, 1 sandbox)"`, or `"0"`.
+impl std::fmt::Display for FailureCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.total())?;
+        let parts: Vec<String> = FailureKind::ALL
+            .iter()
+            .filter(|&&k| self.get(k) > 0)
+            .map(|&k| format!("{} {}", self.get(k), k.as_str()))
+            .collect();
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join(", "))?;
+        }
+        Ok(())
+    }
 }
 
 /// One finished, scored training rollout.

@@ -19,6 +19,7 @@ pub mod modes;
 pub mod parsers;
 pub mod progress;
 pub mod sandbox;
+pub mod shutdown;
 pub mod testing;
 pub mod tools;
 

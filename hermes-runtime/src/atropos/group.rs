@@ -183,6 +183,33 @@ impl ScoredDataGroup {
         self.scores.windows(2).all(|w| w[0] == w[1])
     }
 
+    /// Why the upstream group rules drop this group, or `None` when it may be sent:
+    /// the wrong number of rollouts, all scores equal (with `ensure_scores_are_not_same`),
+    /// or (with a trainer limit) a sequence at or above `length_limit` tokens.
+    pub fn drop_reason(
+        &self,
+        group_size: usize,
+        ensure_scores_are_not_same: bool,
+        length_limit: Option<i64>,
+    ) -> Option<DropReason> {
+        let expected = self.expected_size(group_size);
+        if self.tokens.len() != expected {
+            return Some(DropReason::Size {
+                got: self.tokens.len(),
+                expected,
+            });
+        }
+        if ensure_scores_are_not_same && self.scores_all_equal() {
+            return Some(DropReason::EqualScores);
+        }
+        let limit = length_limit.filter(|&l| l > 0)?;
+        self.tokens
+            .iter()
+            .map(Vec::len)
+            .find(|&l| l as i64 >= limit)
+            .map(|len| DropReason::TooLong { len, limit })
+    }
+
     /// Number of trained positions per rollout (mask entries other than -100).
     pub fn completion_lengths(&self) -> Vec<usize> {
         self.masks
@@ -207,6 +234,69 @@ pub fn placeholder_tokens(messages: &[Message]) -> (Vec<i64>, Vec<i64>) {
     let mut masks = tokens.clone();
     masks[0] = -100;
     (tokens, masks)
+}
+
+/// Why the upstream group rules drop a group (Atropos drops these silently; we count and
+/// announce them with the knob that changes the rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// The group does not have the expected number of rollouts.
+    Size {
+        /// Rollouts in the group.
+        got: usize,
+        /// `group_size` (or `group_overrides.group_size`).
+        expected: usize,
+    },
+    /// Every rollout has the same score (`ensure_scores_are_not_same`).
+    EqualScores,
+    /// A sequence reached the trainer's token limit.
+    TooLong {
+        /// The longest offending sequence's length.
+        len: usize,
+        /// The trainer's `max_token_len`.
+        limit: i64,
+    },
+}
+
+impl DropReason {
+    /// The reason's name in metrics (`train/groups_dropped_<key>`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            DropReason::Size { .. } => "size",
+            DropReason::EqualScores => "equal_scores",
+            DropReason::TooLong { .. } => "too_long",
+        }
+    }
+
+    /// What happened and the knob that changes it, for the log.
+    pub fn explain(&self) -> String {
+        match self {
+            DropReason::Size { got, expected } => format!(
+                "a group had {got} rollouts, expected {expected} (group_size or group_overrides.group_size)"
+            ),
+            DropReason::EqualScores => "all scores in a group were equal; --env.ensure_scores_are_not_same false keeps such groups".into(),
+            DropReason::TooLong { limit, .. } => format!(
+                "a sequence reached the trainer's max_token_len {limit}; raise it in the trainer or lower --env.max_token_length"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DropReason::Size { got, expected } => {
+                write!(f, "has {got} rollouts, expected {expected}")
+            }
+            DropReason::EqualScores => {
+                write!(f, "all scores are equal (ensure_scores_are_not_same)")
+            }
+            DropReason::TooLong { len, limit } => write!(
+                f,
+                "a sequence has {len} tokens, at or above the trainer's limit {limit}"
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -282,5 +372,36 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(g.expected_size(4), 4);
+    }
+
+    #[test]
+    fn group_rules_name_their_reason() {
+        let g = ScoredDataGroup {
+            tokens: vec![vec![1, 2, 3], vec![1]],
+            scores: vec![1.0, 1.0],
+            ..Default::default()
+        };
+        assert_eq!(
+            g.drop_reason(3, false, None),
+            Some(DropReason::Size {
+                got: 2,
+                expected: 3
+            })
+        );
+        assert_eq!(g.drop_reason(2, true, None), Some(DropReason::EqualScores));
+        assert_eq!(g.drop_reason(2, false, None), None);
+        assert_eq!(g.drop_reason(2, false, Some(4)), None);
+        assert_eq!(
+            g.drop_reason(2, false, Some(3)),
+            Some(DropReason::TooLong { len: 3, limit: 3 })
+        );
+        assert_eq!(g.drop_reason(2, false, Some(-1)), None);
+        let mut o = serde_json::Map::new();
+        o.insert("group_size".into(), 2.into());
+        let g2 = ScoredDataGroup {
+            group_overrides: Slot::Value(o),
+            ..g
+        };
+        assert_eq!(g2.drop_reason(5, false, None), None);
     }
 }

@@ -6,4 +6,4 @@ pub mod json;
 pub mod tokenize;
 
 pub use api::{ApiError, TrajectoryApi};
-pub use group::{placeholder_tokens, ScoredDataGroup, ScoredItem, Slot};
+pub use group::{placeholder_tokens, DropReason, ScoredDataGroup, ScoredItem, Slot};

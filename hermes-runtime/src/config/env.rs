@@ -171,6 +171,14 @@ config_section! {
         rollout_timeout: f64 = 0.0,
         /// Evaluate at most this many eval items (null = all).
         eval_size: Option<i64> = None,
+        /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox or verifier failure) before its item is recorded in the failures file instead of being trained on.
+        max_rollout_retries: i64 = 2,
+        /// Seconds in-flight rollouts get to finish after the first SIGINT/SIGTERM before they are cancelled (a second signal cancels at once).
+        shutdown_grace: f64 = 30.0,
+        /// serve: directory where groups the trajectory API could not take at shutdown are spooled, and resent by the next start of the same env (null = ~/.local/state/hermes-env/outbox).
+        outbox_spool_dir: Option<String> = None,
+        /// serve: size limit of the spooled outbox in MiB; the oldest groups beyond it are dropped (counted as lost).
+        outbox_spool_max_mb: i64 = 256,
     }
 }
 

@@ -1,19 +1,25 @@
 //! `process`: offline rollouts written as Atropos JSONL (one group per line) plus the HTML
 //! viewer, with the reference environment's group rules, a progress bar, and a wandb log
 //! after every group (step = groups done before it, as Atropos's `process_manager` logs).
+//! Items whose rollouts keep failing for reasons not the model's go to the failures file,
+//! never to the JSONL; a stop request finishes the groups in flight within the grace period.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use super::drops::Drops;
+use super::failures::{failures_path, FailureLog};
 use super::html::write_viewer;
 use super::output::{free_path, JsonlWriter};
-use super::rollout::{collect_group, Runtime};
-use crate::atropos::ScoredDataGroup;
-use crate::env::{Environment, RewardOutcome};
+use super::rollout::{collect_group, GroupRun, Runtime};
+use crate::env::{Environment, FailureCounts};
 use crate::progress::Progress;
+use crate::shutdown::{grace, Shutdown};
 use crate::wandb::{server_metrics, LogContext, Logger, Perf, TrainMetrics};
 
 /// What a `process` run produced.
@@ -23,41 +29,47 @@ pub struct ProcessSummary {
     pub jsonl: PathBuf,
     /// The HTML viewer written next to it.
     pub html: PathBuf,
+    /// The failures file, when an item failed.
+    pub failures_file: Option<PathBuf>,
     /// Groups written.
     pub groups_written: usize,
-    /// Groups dropped by the group rules (wrong size, equal scores).
+    /// Groups dropped by the group rules.
     pub groups_dropped: usize,
-    /// Rollouts run.
+    /// Those drops per reason (`equal_scores`, `size`).
+    pub drops_by_reason: BTreeMap<&'static str, usize>,
+    /// Rollouts in the groups written or dropped (the model's own outcomes).
     pub rollouts: usize,
-    /// Mean reward over all rollouts.
+    /// Mean reward over those rollouts.
     pub mean_reward: f64,
     /// Tool errors seen by the agents.
     pub tool_errors: usize,
-    /// Rollouts whose reward is an infrastructure or verifier failure.
-    pub failed_rewards: usize,
+    /// Failed rollout attempts per kind (each retried, or its item failed).
+    pub rollout_failures: FailureCounts,
+    /// Items recorded in the failures file, per kind.
+    pub items_failed: FailureCounts,
     /// Groups requested (`total_steps`).
     pub requested: usize,
+    /// Set when a stop request ended the run early (`cancelled` groups were in flight).
+    pub interrupted: Option<Interruption>,
     /// Wall time of the rollouts (setup and wandb upload excluded).
     pub elapsed: Duration,
 }
 
-/// Why a group is not written (Atropos drops these silently; we log them).
-fn drop_reason(
-    group: &ScoredDataGroup,
-    group_size: usize,
-    ensure_scores_are_not_same: bool,
-) -> Option<String> {
-    let expected = group.expected_size(group_size);
-    if group.tokens.len() != expected {
-        return Some(format!(
-            "has {} rollouts, expected {expected}",
-            group.tokens.len()
-        ));
-    }
-    if ensure_scores_are_not_same && group.scores_all_equal() {
-        return Some("all scores are equal (ensure_scores_are_not_same)".into());
-    }
-    None
+/// How a stop request ended a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interruption {
+    /// Groups in flight that did not finish within the grace period.
+    pub cancelled: usize,
+}
+
+/// The files a `process` run writes to, and its running totals.
+struct Tally {
+    writer: JsonlWriter,
+    failures: FailureLog,
+    drops: Drops,
+    summary: ProcessSummary,
+    reward_sum: f64,
+    last_failure: Option<String>,
 }
 
 /// Runs up to `total_steps` groups, `workers` at a time, writing each finished group in order
@@ -67,143 +79,284 @@ pub async fn run_process<E: Environment>(
     rt: &Runtime,
     workers: usize,
     wandb: Option<&Logger>,
+    shutdown: &Shutdown,
 ) -> anyhow::Result<ProcessSummary> {
     let config = std::sync::Arc::clone(&rt.config);
-    let requested = config
-        .data_path_to_save_groups
-        .clone()
-        .context("data_path_to_save_groups is not set")?;
-    let path =
-        free_path(requested.as_ref()).with_context(|| format!("cannot create {requested}"))?;
-    let mut writer =
-        JsonlWriter::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
-    info!("writing groups to {}", path.display());
     let total = config.total_steps.max(0) as usize;
-    let group_size = config.group_size.max(1) as usize;
-    let mut summary = ProcessSummary {
-        jsonl: path.clone(),
-        html: path.with_extension("html"),
-        groups_written: 0,
-        groups_dropped: 0,
-        rollouts: 0,
-        mean_reward: 0.0,
-        tool_errors: 0,
-        failed_rewards: 0,
-        requested: total,
-        elapsed: Duration::ZERO,
-    };
+    let mut tally = Tally::open(rt, total)?;
+    let mut metrics = wandb.map(|_| TrainMetrics::<E::Item>::new(&config));
     let started = Instant::now();
     let progress = Progress::new("process", "groups", total as u64);
-    let mut metrics = wandb.map(|_| TrainMetrics::new(&config));
-    let mut reward_sum = 0.0;
     let mut done = 0;
     let mut exhausted = false;
-    while done < total && !exhausted {
-        let mut items = Vec::new();
-        while items.len() < workers.max(1) && done + items.len() < total {
-            match env.get_next_item().await {
-                Some(item) => items.push(item),
-                None => {
-                    exhausted = true;
-                    break;
-                }
+    while done < total && !exhausted && tally.summary.interrupted.is_none() {
+        if shutdown.is_requested() {
+            tally.summary.interrupted = Some(Interruption { cancelled: 0 });
+            break;
+        }
+        let items = next_items(env, workers.max(1).min(total - done)).await;
+        exhausted = items.len() < workers.max(1).min(total - done);
+        if items.is_empty() {
+            break;
+        }
+        let batch = run_batch(&*env, rt, items, done, shutdown).await;
+        let cancelled = batch.iter().filter(|g| g.is_none()).count();
+        let before = tally.summary.groups_written;
+        for (run, took) in batch.into_iter().flatten() {
+            done += 1;
+            progress.advance(&tally.absorb(done, &run, took, &config)?);
+            if let (Some(logger), Some(metrics)) = (wandb, metrics.as_mut()) {
+                log_group(logger, metrics, &run, took, done, rt, &*env);
             }
         }
-        let shared: &E = env;
-        let first = done;
-        let groups = futures::future::join_all(items.into_iter().enumerate().map(|(i, item)| {
-            async move {
-                let t = Instant::now();
-                let (group, rollouts) = collect_group(shared, rt, item).await;
-                (group, rollouts, t.elapsed())
-            }
-            .instrument(info_span!("group", item = first + i))
-        }))
-        .await;
-        for (mut group, rollouts, took) in groups {
-            done += 1;
-            summary.rollouts += rollouts.len();
-            for r in &rollouts {
-                reward_sum += r.reward;
-                summary.tool_errors += r.run.tool_errors.len();
-                if matches!(
-                    r.outcome,
-                    RewardOutcome::InfraError { .. } | RewardOutcome::VerifierError { .. }
-                ) {
-                    summary.failed_rewards += 1;
-                }
-            }
-            let rewards: Vec<f64> = rollouts.iter().map(|r| r.reward).collect();
-            let dropped = drop_reason(&group, group_size, config.ensure_scores_are_not_same);
-            if let Some(reason) = &dropped {
-                warn!("group {done} dropped: {reason}");
-                summary.groups_dropped += 1;
-            } else {
-                group.fill_absent_nulls();
-                writer
-                    .write(&group)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                summary.groups_written += 1;
-                let mean = group.scores.iter().sum::<f64>() / group.scores.len().max(1) as f64;
-                debug!("group {done}/{total} written: mean reward {mean:.3}");
-            }
-            progress.advance(&rewards);
-            if let (Some(logger), Some(metrics)) = (wandb, metrics.as_mut()) {
-                let secs = took.as_secs_f64();
-                metrics.record_perf(Perf::TaskDuration, secs);
-                if dropped.is_none() {
-                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
-                    metrics.record_group(&group);
-                } else {
-                    metrics.record_perf(Perf::FailedTaskDuration, secs);
-                }
-                metrics.record_rollouts(rollouts);
-                let context = LogContext {
-                    prefix: None,
-                    length_limit: config.max_token_length,
-                    server_metrics: server_metrics(&rt.take_request_stats()),
-                };
-                logger.log(done as i64 - 1, metrics.take(&*env, &context));
-            }
+        if cancelled > 0 || shutdown.is_requested() {
+            tally.summary.interrupted = Some(Interruption { cancelled });
+        }
+        if before == 0 && tally.summary.groups_written == 0 && tally.items_failed_only() {
+            warn!(
+                "every group so far failed for reasons that are not the model's; stopping \
+                 instead of trying the remaining items"
+            );
+            break;
         }
     }
     progress.finish();
-    summary.elapsed = started.elapsed();
+    tally.summary.elapsed = started.elapsed();
     if exhausted {
         info!("get_next_item returned None after {done} groups; stopping");
     }
-    drop(writer);
-    summary.html = write_viewer(&path)
-        .with_context(|| format!("cannot write the viewer for {}", path.display()))?;
-    summary.mean_reward = if summary.rollouts > 0 {
-        reward_sum / summary.rollouts as f64
-    } else {
-        0.0
-    };
-    Ok(summary)
+    tally.finish()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::atropos::Slot;
+/// Up to `n` items from the environment (fewer when it runs out).
+async fn next_items<E: Environment>(env: &mut E, n: usize) -> Vec<E::Item> {
+    let mut items = Vec::with_capacity(n);
+    while items.len() < n {
+        match env.get_next_item().await {
+            Some(item) => items.push(item),
+            None => break,
+        }
+    }
+    items
+}
 
-    #[test]
-    fn group_rules() {
-        let g = ScoredDataGroup {
-            tokens: vec![vec![1], vec![1]],
-            scores: vec![1.0, 1.0],
-            ..Default::default()
+/// Runs one batch of groups concurrently; results in item order, `None` for a group a stop
+/// request cancelled before it finished.
+async fn run_batch<E: Environment>(
+    env: &E,
+    rt: &Runtime,
+    items: Vec<E::Item>,
+    first: usize,
+    shutdown: &Shutdown,
+) -> Vec<Option<(GroupRun<E::Item>, Duration)>> {
+    let mut results: Vec<Option<(GroupRun<E::Item>, Duration)>> =
+        (0..items.len()).map(|_| None).collect();
+    let mut pending: FuturesUnordered<_> = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            async move {
+                let t = Instant::now();
+                let run = collect_group(env, rt, item).await;
+                (i, run, t.elapsed())
+            }
+            .instrument(info_span!("group", item = first + i))
+        })
+        .collect();
+    let grace = grace(rt.config.shutdown_grace);
+    loop {
+        tokio::select! {
+            next = pending.next() => match next {
+                Some((i, run, took)) => results[i] = Some((run, took)),
+                None => break,
+            },
+            () = shutdown.cancelled(grace) => {
+                warn!(
+                    "{} groups still running after the {grace:?} grace period (--env.shutdown_grace): cancelled",
+                    pending.len()
+                );
+                break;
+            }
+        }
+    }
+    results
+}
+
+fn log_group<E: Environment>(
+    logger: &Logger,
+    metrics: &mut TrainMetrics<E::Item>,
+    run: &GroupRun<E::Item>,
+    took: Duration,
+    done: usize,
+    rt: &Runtime,
+    env: &E,
+) {
+    let secs = took.as_secs_f64();
+    metrics.record_perf(Perf::TaskDuration, secs);
+    metrics.record_failures(&run.failures);
+    match &run.result {
+        Ok(group) => {
+            let config = &rt.config;
+            let dropped = group.drop_reason(
+                config.group_size.max(1) as usize,
+                config.ensure_scores_are_not_same,
+                None,
+            );
+            match dropped {
+                None => {
+                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
+                    metrics.record_group(group);
+                }
+                Some(reason) => {
+                    metrics.record_perf(Perf::FailedTaskDuration, secs);
+                    metrics.record_drop(reason);
+                }
+            }
+            metrics.record_rollouts(run.rollouts.clone());
+        }
+        Err(_) => metrics.record_perf(Perf::FailedTaskDuration, secs),
+    }
+    let context = LogContext {
+        prefix: None,
+        length_limit: rt.config.max_token_length,
+        server_metrics: server_metrics(&rt.take_request_stats()),
+    };
+    logger.log(done as i64 - 1, metrics.take(env, &context));
+}
+
+impl Tally {
+    fn open(rt: &Runtime, total: usize) -> anyhow::Result<Self> {
+        let requested = rt
+            .config
+            .data_path_to_save_groups
+            .clone()
+            .context("data_path_to_save_groups is not set")?;
+        let path =
+            free_path(requested.as_ref()).with_context(|| format!("cannot create {requested}"))?;
+        let writer = JsonlWriter::create(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        info!("writing groups to {}", path.display());
+        Ok(Tally {
+            writer,
+            failures: FailureLog::new(failures_path(&path)),
+            drops: Drops::default(),
+            summary: ProcessSummary {
+                html: path.with_extension("html"),
+                jsonl: path,
+                failures_file: None,
+                groups_written: 0,
+                groups_dropped: 0,
+                drops_by_reason: BTreeMap::new(),
+                rollouts: 0,
+                mean_reward: 0.0,
+                tool_errors: 0,
+                rollout_failures: FailureCounts::default(),
+                items_failed: FailureCounts::default(),
+                requested: total,
+                interrupted: None,
+                elapsed: Duration::ZERO,
+            },
+            reward_sum: 0.0,
+            last_failure: None,
+        })
+    }
+
+    /// Takes one finished group: written, dropped by the group rules, or (a failed item)
+    /// recorded in the failures file. Returns the rewards to show in the progress line.
+    fn absorb<I: serde::Serialize>(
+        &mut self,
+        n: usize,
+        run: &GroupRun<I>,
+        took: Duration,
+        config: &crate::config::HermesEnvConfig,
+    ) -> anyhow::Result<Vec<f64>> {
+        self.summary.rollout_failures.merge(&run.failures);
+        let group = match &run.result {
+            Ok(group) => group,
+            Err(failed) => {
+                let message = failed.outcome.failure_message().unwrap_or_default();
+                warn!(
+                    "group {n}: item not trained on after {} attempt(s) ({}); recorded in {}",
+                    failed.attempts,
+                    message,
+                    failures_path(&self.summary.jsonl).display()
+                );
+                self.last_failure = Some(message.to_owned());
+                self.failures
+                    .record(failed)
+                    .context("cannot write the failures file")?;
+                return Ok(Vec::new());
+            }
         };
-        assert!(drop_reason(&g, 3, false).unwrap().contains("expected 3"));
-        assert!(drop_reason(&g, 2, true).unwrap().contains("equal"));
-        assert!(drop_reason(&g, 2, false).is_none());
-        let mut o = serde_json::Map::new();
-        o.insert("group_size".into(), 2.into());
-        let g2 = ScoredDataGroup {
-            group_overrides: Slot::Value(o),
-            ..g
+        let rewards: Vec<f64> = run.rollouts.iter().map(|r| r.reward).collect();
+        self.summary.rollouts += rewards.len();
+        self.reward_sum += rewards.iter().sum::<f64>();
+        self.summary.tool_errors += run
+            .rollouts
+            .iter()
+            .map(|r| r.run.tool_errors.len())
+            .sum::<usize>();
+        let dropped = group.drop_reason(
+            config.group_size.max(1) as usize,
+            config.ensure_scores_are_not_same,
+            None,
+        );
+        match dropped {
+            Some(reason) => {
+                debug!("group {n} dropped: {reason}");
+                self.drops.record(reason);
+            }
+            None => {
+                let mut group = group.clone();
+                group.fill_absent_nulls();
+                self.writer
+                    .write(&group)
+                    .with_context(|| format!("cannot write {}", self.summary.jsonl.display()))?;
+                self.summary.groups_written += 1;
+                debug!(
+                    "group {n} written in {took:.1?}: mean reward {:.3}",
+                    rewards.iter().sum::<f64>() / rewards.len().max(1) as f64
+                );
+            }
+        }
+        Ok(rewards)
+    }
+
+    /// True when every group so far was a failed item.
+    fn items_failed_only(&self) -> bool {
+        self.failures.items().total() > 0 && self.summary.rollouts == 0
+    }
+
+    /// Writes the viewer and the summary; a run that produced no training data because
+    /// of failures is an error naming the cause.
+    fn finish(mut self) -> anyhow::Result<ProcessSummary> {
+        self.drops.announce();
+        self.summary.groups_dropped = self.drops.count();
+        self.summary.drops_by_reason = self.drops.by_reason().clone();
+        self.summary.items_failed = self.failures.items();
+        self.summary.failures_file = self.failures.written().map(PathBuf::from);
+        self.summary.mean_reward = if self.summary.rollouts > 0 {
+            self.reward_sum / self.summary.rollouts as f64
+        } else {
+            0.0
         };
-        assert!(drop_reason(&g2, 5, false).is_none());
+        let path = self.summary.jsonl.clone();
+        drop(self.writer);
+        self.summary.html = write_viewer(&path)
+            .with_context(|| format!("cannot write the viewer for {}", path.display()))?;
+        if self.summary.rollouts == 0 && self.summary.items_failed.total() > 0 {
+            anyhow::bail!(
+                "no group could be produced: {} item(s) failed ({}), see {}; last cause: {}",
+                self.summary.items_failed.total(),
+                self.summary.items_failed,
+                self.summary
+                    .failures_file
+                    .as_deref()
+                    .unwrap_or(&path)
+                    .display(),
+                self.last_failure.unwrap_or_default()
+            );
+        }
+        Ok(self.summary)
     }
 }

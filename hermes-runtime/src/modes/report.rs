@@ -2,8 +2,10 @@
 
 use std::fmt::Write as _;
 
+use super::drops::describe;
 use super::evaluate::EvalSummary;
 use super::process::ProcessSummary;
+use super::serve::ServeSummary;
 use crate::progress::human_duration;
 
 fn per_second(n: usize, secs: f64) -> f64 {
@@ -15,16 +17,36 @@ pub fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String {
     let secs = s.elapsed.as_secs_f64();
     let mut out = String::new();
     let _ = writeln!(out, "process finished in {}", human_duration(s.elapsed));
+    if let Some(i) = &s.interrupted {
+        let _ = writeln!(
+            out,
+            "  stopped   by a signal: no new items taken, {} groups in flight cancelled",
+            i.cancelled
+        );
+    }
     let _ = writeln!(
         out,
         "  groups    {} groups written, {} dropped ({} requested)",
-        s.groups_written, s.groups_dropped, s.requested
+        s.groups_written,
+        describe(&s.drops_by_reason),
+        s.requested
     );
     let _ = writeln!(
         out,
-        "  rollouts  {}, mean reward {:.3}, {} tool errors, {} failed rewards",
-        s.rollouts, s.mean_reward, s.tool_errors, s.failed_rewards
+        "  rollouts  {}, mean reward {:.3}, {} tool errors",
+        s.rollouts, s.mean_reward, s.tool_errors
     );
+    let _ = write!(
+        out,
+        "  failures  {} rollout attempts failed, {} items not trained on",
+        s.rollout_failures, s.items_failed
+    );
+    match &s.failures_file {
+        Some(path) => {
+            let _ = writeln!(out, " ({})", path.display());
+        }
+        None => out.push('\n'),
+    }
     let _ = writeln!(
         out,
         "  rate      {:.2} groups/s, {:.2} rollouts/s",
@@ -39,10 +61,61 @@ pub fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String {
     out
 }
 
+/// The `serve` summary.
+pub fn serve_summary(s: &ServeSummary) -> String {
+    let mut out = String::new();
+    let how = if s.interrupted {
+        "by a signal"
+    } else {
+        "at total_steps"
+    };
+    let _ = writeln!(out, "serve stopped {how} at trainer step {}", s.final_step);
+    let _ = writeln!(
+        out,
+        "  groups    {} sent ({} resent after {} re-registrations, {} from an earlier run's spool), {} dropped by the group rules, {} refused by the API",
+        s.groups_sent,
+        s.groups_resent,
+        s.reregistrations,
+        s.groups_unspooled,
+        describe(&s.drops_by_reason),
+        s.groups_rejected
+    );
+    let _ = writeln!(
+        out,
+        "  failures  {} rollout attempts failed, {} items not trained on",
+        s.rollout_failures, s.items_failed
+    );
+    let _ = writeln!(
+        out,
+        "  outbox    {} spooled for the next start, {} lost",
+        s.groups_spooled, s.groups_lost
+    );
+    let _ = writeln!(
+        out,
+        "  other     {} workers timed out, {} pauses, {} evaluations",
+        s.workers_timed_out, s.pauses, s.evals
+    );
+    out
+}
+
 /// The `evaluate` summary: time, every metric, and where the results are.
 pub fn evaluate_summary(s: &EvalSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "evaluate finished in {}", human_duration(s.elapsed));
+    if s.items_skipped > 0 {
+        let _ = writeln!(
+            out,
+            "  stopped   by a signal: {} items not evaluated",
+            s.items_skipped
+        );
+    }
+    if s.items_failed.total() > 0 {
+        let _ = writeln!(
+            out,
+            "  failures  {} items not scored (not the model's failures; excluded from eval/mean_reward)",
+            s.items_failed
+        );
+    }
     for (k, v) in &s.metrics {
         let _ = writeln!(out, "  {k:<32} {v:.4}");
     }
@@ -58,32 +131,60 @@ pub fn evaluate_summary(s: &EvalSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::FailureCounts;
     use std::path::PathBuf;
     use std::time::Duration;
 
     #[test]
     fn process_summary_fits_one_screen() {
-        let s = ProcessSummary {
+        let mut s = ProcessSummary {
             jsonl: PathBuf::from("data/x.jsonl"),
             html: PathBuf::from("data/x.html"),
+            failures_file: Some(PathBuf::from("data/x.failures.jsonl")),
             groups_written: 4,
             groups_dropped: 1,
+            drops_by_reason: [("equal_scores", 1)].into_iter().collect(),
             rollouts: 15,
             mean_reward: 0.5,
             tool_errors: 2,
-            failed_rewards: 0,
-            requested: 5,
+            rollout_failures: FailureCounts {
+                llm: 2,
+                sandbox: 1,
+                verifier: 0,
+            },
+            items_failed: FailureCounts {
+                llm: 1,
+                ..Default::default()
+            },
+            requested: 6,
+            interrupted: None,
             elapsed: Duration::from_secs(5),
         };
         let text = process_summary(&s, Some("offline run saved to wandb/x"));
         insta::assert_snapshot!(text, @r"
         process finished in 5.0s
-          groups    4 groups written, 1 dropped (5 requested)
-          rollouts  15, mean reward 0.500, 2 tool errors, 0 failed rewards
+          groups    4 groups written, 1 (1 equal_scores) dropped (6 requested)
+          rollouts  15, mean reward 0.500, 2 tool errors
+          failures  3 (2 llm, 1 sandbox) rollout attempts failed, 1 (1 llm) items not trained on (data/x.failures.jsonl)
           rate      1.00 groups/s, 3.00 rollouts/s
           jsonl     data/x.jsonl
           viewer    data/x.html
           wandb     offline run saved to wandb/x
         ");
+        s.interrupted = Some(crate::modes::process::Interruption { cancelled: 2 });
+        s.failures_file = None;
+        s.rollout_failures = FailureCounts::default();
+        s.items_failed = FailureCounts::default();
+        let text = process_summary(&s, None);
+        assert!(
+            text.contains(
+                "stopped   by a signal: no new items taken, 2 groups in flight cancelled"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("failures  0 rollout attempts failed, 0 items not trained on\n"),
+            "{text}"
+        );
     }
 }

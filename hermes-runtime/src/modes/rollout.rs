@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +17,10 @@ use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
-use crate::env::{Environment, RewardOutcome, ScoredRollout};
+use crate::env::{Environment, FailureCounts, RewardOutcome, ScoredRollout};
 use crate::llm::managed::{NodeList, MASKED};
 use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
-use crate::sandbox::{SandboxError, SandboxProvider, TaskSandbox};
+use crate::sandbox::{SandboxProvider, TaskSandbox};
 use crate::testing::ReferenceBook;
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
@@ -236,7 +237,7 @@ pub async fn run_rollout_with<A: EnvAccess>(
             Some(run) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
-                    score(&*env, rt, item, &run, &sandbox, tools).await
+                    settle(&*env, rt, item, &run, &sandbox, tools).await
                 };
                 (run, reward, outcome)
             }
@@ -272,6 +273,35 @@ pub async fn run_rollout_with<A: EnvAccess>(
     .await
 }
 
+/// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
+/// model giving nothing to verify, or the verifier's verdict.
+async fn settle<E: Environment>(
+    env: &E,
+    rt: &Runtime,
+    item: &E::Item,
+    run: &AgentResult,
+    sandbox: &Arc<TaskSandbox>,
+    tools: &Arc<ToolSet>,
+) -> (f64, RewardOutcome) {
+    if let Some(message) = sandbox.infra_failure() {
+        let message = format!("sandbox failed during the rollout: {message}");
+        return (0.0, RewardOutcome::SandboxFailure { message });
+    }
+    if let Some(message) = &run.llm_error {
+        return (
+            0.0,
+            RewardOutcome::LlmFailure {
+                message: message.clone(),
+            },
+        );
+    }
+    if run.has_no_agent_output() {
+        let reason = "the model produced nothing to verify".to_owned();
+        return (0.0, RewardOutcome::ModelEnded { reason });
+    }
+    score(env, rt, item, run, sandbox, tools).await
+}
+
 async fn score<E: Environment>(
     env: &E,
     rt: &Runtime,
@@ -280,9 +310,6 @@ async fn score<E: Environment>(
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
 ) -> (f64, RewardOutcome) {
-    if run.has_no_agent_output() {
-        return (0.0, RewardOutcome::NothingToVerify);
-    }
     let ctx = ToolContext::new(
         Arc::clone(sandbox),
         Arc::clone(tools),
@@ -292,69 +319,168 @@ async fn score<E: Environment>(
     let reward = std::panic::AssertUnwindSafe(env.compute_reward(item, run, &ctx))
         .catch_unwind()
         .await;
-    let reward = match reward {
-        Ok(r) => r,
-        Err(panic) => {
-            let message = format!("compute_reward panicked: {}", panic_message(panic.as_ref()));
-            warn!("{message}; scored 0.0");
-            return (0.0, RewardOutcome::VerifierError { message });
-        }
+    let verdict = match reward {
+        Ok(Ok(r)) if r.is_finite() => Ok(r),
+        Ok(Ok(r)) => Err(format!("compute_reward returned {r}")),
+        Ok(Err(e)) => Err(format!("compute_reward failed: {e:#}")),
+        Err(panic) => Err(format!(
+            "compute_reward panicked: {}",
+            panic_message(panic.as_ref())
+        )),
     };
-    match reward {
-        Ok(r) if r.is_finite() => (r, RewardOutcome::Scored),
-        Ok(r) => {
-            let message = format!("compute_reward returned {r}");
-            warn!("{message}; scored 0.0");
-            (0.0, RewardOutcome::VerifierError { message })
-        }
-        Err(e) => {
-            let message = format!("{e:#}");
-            if e.downcast_ref::<SandboxError>()
-                .is_some_and(SandboxError::is_infra)
-            {
-                warn!("infrastructure failure while scoring: {message}");
-                (0.0, RewardOutcome::InfraError { message })
-            } else {
-                warn!("compute_reward failed: {message}; scored 0.0");
-                (0.0, RewardOutcome::VerifierError { message })
-            }
-        }
+    // The sandbox's own failure wins: a reward computed from a broken sandbox means nothing.
+    if let Some(message) = sandbox.infra_failure() {
+        let message = format!("sandbox failed while scoring: {message}");
+        return (0.0, RewardOutcome::SandboxFailure { message });
+    }
+    if let Some(message) = ctx.unrunnable_command() {
+        return (
+            0.0,
+            RewardOutcome::VerifierFailure {
+                message: message.to_owned(),
+            },
+        );
+    }
+    match verdict {
+        Ok(r) => (r, RewardOutcome::Scored),
+        Err(message) => (0.0, RewardOutcome::VerifierFailure { message }),
     }
 }
 
-/// Runs `group_size` concurrent rollouts of one item and folds them into a group.
+/// Runs one rollout, re-running it while it fails for a reason that is not the model's, up
+/// to `max_rollout_retries` times (fewer once `abandon` is set: its group has failed anyway).
+/// Returns the last attempt and the failures met on the way.
+async fn run_rollout_retrying<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+    split: Split,
+    tools: &Arc<ToolSet>,
+    abandon: &AtomicBool,
+) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
+    let attempts = rt.config.max_rollout_retries.max(0) as usize + 1;
+    let mut failures = FailureCounts::default();
+    let mut attempt = 1;
+    loop {
+        let rollout = run_rollout_with(env, rt, item, split, tools).await;
+        let Some(kind) = rollout.outcome.failure() else {
+            return (rollout, failures);
+        };
+        failures.add(kind);
+        let message = rollout.outcome.failure_message().unwrap_or_default();
+        if attempt >= attempts || abandon.load(Ordering::Relaxed) {
+            warn!(
+                "rollout failed ({} failure) after {attempt} attempt(s), not trained on: {message}",
+                kind.as_str()
+            );
+            return (rollout, failures);
+        }
+        warn!(
+            "rollout failed ({} failure): {message}; re-running it (attempt {} of {attempts}, \
+             --env.max_rollout_retries)",
+            kind.as_str(),
+            attempt + 1
+        );
+        attempt += 1;
+    }
+}
+
+/// One evaluation or stand-alone rollout with the retry rule of [`run_rollout_retrying`];
+/// the returned rollout's outcome may still be a failure.
+pub async fn run_rollout_with_retries<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+    split: Split,
+) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
+    let tools = rt.group_tools();
+    run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false)).await
+}
+
+/// A group's item that could not be turned into training data: one of its rollouts kept
+/// failing for a reason that is not the model's.
+#[derive(Debug, Clone)]
+pub struct FailedItem<I> {
+    /// The item.
+    pub item: Arc<I>,
+    /// The failing rollout's last outcome (a failure).
+    pub outcome: RewardOutcome,
+    /// Attempts made for that rollout.
+    pub attempts: usize,
+}
+
+/// What running one item's group produced.
+#[derive(Debug)]
+pub struct GroupRun<I> {
+    /// The group (every rollout a model outcome), or why there is none.
+    pub result: Result<ScoredDataGroup, FailedItem<I>>,
+    /// The final attempt of each rollout slot.
+    pub rollouts: Vec<ScoredRollout<I>>,
+    /// Every failed attempt, retried or not.
+    pub failures: FailureCounts,
+}
+
+/// Runs `group_size` concurrent rollouts of one item (each re-run while it fails for a
+/// reason not the model's) and folds them into a group when every one is a model outcome.
 pub async fn collect_group<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     item: <A::Env as Environment>::Item,
-) -> (
-    ScoredDataGroup,
-    Vec<ScoredRollout<<A::Env as Environment>::Item>>,
-) {
+) -> GroupRun<<A::Env as Environment>::Item> {
     let item = Arc::new(item);
     let size = rt.config.group_size.max(1) as usize;
     let tools = rt.group_tools();
-    let rollouts = futures::future::join_all(
-        (0..size).map(|_| run_rollout_with(env, rt, &item, Split::Train, &tools)),
-    )
+    let abandon = AtomicBool::new(false);
+    let slots = futures::future::join_all((0..size).map(|_| async {
+        let (rollout, failures) =
+            run_rollout_retrying(env, rt, &item, Split::Train, &tools, &abandon).await;
+        if !rollout.outcome.is_training_data() {
+            abandon.store(true, Ordering::Relaxed);
+        }
+        (rollout, failures)
+    }))
     .await;
-    let items = rollouts
-        .iter()
-        .map(|r| {
-            let (tokens, masks, inference_logprobs) = trainer_tokens(&rt.tokens, &r.run);
-            ScoredItem {
-                tokens,
-                masks,
-                score: r.reward,
-                messages: r.run.messages.clone(),
-                inference_logprobs,
-            }
-        })
-        .collect();
-    (
-        ScoredDataGroup::from_items(items, rt.tokens.is_placeholder()),
+    let mut failures = FailureCounts::default();
+    let mut failed = None;
+    let mut rollouts = Vec::with_capacity(size);
+    for (rollout, f) in slots {
+        failures.merge(&f);
+        if failed.is_none() && !rollout.outcome.is_training_data() {
+            failed = Some(FailedItem {
+                item: Arc::clone(&item),
+                outcome: rollout.outcome.clone(),
+                attempts: f.total(),
+            });
+        }
+        rollouts.push(rollout);
+    }
+    let result = match failed {
+        Some(failed) => Err(failed),
+        None => {
+            let items = rollouts
+                .iter()
+                .map(|r| {
+                    let (tokens, masks, inference_logprobs) = trainer_tokens(&rt.tokens, &r.run);
+                    ScoredItem {
+                        tokens,
+                        masks,
+                        score: r.reward,
+                        messages: r.run.messages.clone(),
+                        inference_logprobs,
+                    }
+                })
+                .collect();
+            Ok(ScoredDataGroup::from_items(
+                items,
+                rt.tokens.is_placeholder(),
+            ))
+        }
+    };
+    GroupRun {
+        result,
         rollouts,
-    )
+        failures,
+    }
 }
 
 /// Tokens, masks and (Phase 2) sampler logprobs of one finished rollout.

@@ -10,6 +10,7 @@ mod local;
 mod output;
 mod shell;
 mod task;
+mod watched;
 
 use std::path::Path;
 use std::time::Duration;
@@ -106,6 +107,10 @@ pub enum SandboxError {
     /// A path was refused: it would escape the target directory, or has the wrong type.
     #[error("path refused: {0}")]
     Path(String),
+    /// A reward command could not run at all (its program or interpreter is missing): the
+    /// verifier, not the model, failed. Only [`crate::context::ToolContext`] reports it.
+    #[error("{0}")]
+    NotRunnable(String),
     /// Any other I/O failure.
     #[error("{0}")]
     Io(String),

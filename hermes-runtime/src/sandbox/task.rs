@@ -2,10 +2,11 @@
 //! agent's tools and the reward's `ToolContext`. Dropping the last handle tears it down.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::OnceCell;
 
+use super::watched::{FailureRecord, Watched};
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 
 /// A lazily created sandbox keyed by one rollout's task id.
@@ -15,6 +16,7 @@ pub struct TaskSandbox {
     spec: SandboxSpec,
     cell: OnceCell<Arc<dyn Sandbox>>,
     tool_state: AtomicBool,
+    failure: FailureRecord,
 }
 
 impl std::fmt::Debug for TaskSandbox {
@@ -35,6 +37,7 @@ impl TaskSandbox {
             spec: SandboxSpec::default(),
             cell: OnceCell::new(),
             tool_state: AtomicBool::new(false),
+            failure: Arc::new(OnceLock::new()),
         }
     }
 
@@ -63,8 +66,27 @@ impl TaskSandbox {
     /// The sandbox, created on first call (concurrent callers wait for one creation).
     pub async fn get(&self) -> Result<&Arc<dyn Sandbox>, SandboxError> {
         self.cell
-            .get_or_try_init(|| self.provider.create(&self.task_id, &self.spec))
+            .get_or_try_init(|| async {
+                match self.provider.create(&self.task_id, &self.spec).await {
+                    Ok(inner) => Ok(Arc::new(Watched {
+                        inner,
+                        failure: Arc::clone(&self.failure),
+                    }) as Arc<dyn Sandbox>),
+                    Err(e) => {
+                        if e.is_infra() {
+                            let _ = self.failure.set(e.to_string());
+                        }
+                        Err(e)
+                    }
+                }
+            })
             .await
+    }
+
+    /// The first infrastructure failure any user of this sandbox met (creation, a daemon
+    /// error, a vanished container), if any: the rollout is then a sandbox failure.
+    pub fn infra_failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
     }
 
     /// True once the sandbox exists.

@@ -588,12 +588,16 @@ impl CheckedItem {
         } else {
             let mut why = match &self.outcome {
                 RewardOutcome::Scored => "scored".to_owned(),
-                RewardOutcome::NothingToVerify => "nothing to verify".to_owned(),
-                RewardOutcome::VerifierError { message } => format!("verifier error: {message}"),
-                RewardOutcome::InfraError { message } => format!("infrastructure error: {message}"),
+                RewardOutcome::ModelEnded { reason } => format!("model ended: {reason}"),
+                RewardOutcome::VerifierFailure { message } => {
+                    format!("verifier failure: {message}")
+                }
+                RewardOutcome::SandboxFailure { message } => format!("sandbox failure: {message}"),
+                RewardOutcome::LlmFailure { message } => format!("LLM failure: {message}"),
                 RewardOutcome::Timeout { seconds } => format!("timed out after {seconds} s"),
             };
-            if let Some(e) = &self.llm_error {
+            let llm_failed = matches!(self.outcome, RewardOutcome::LlmFailure { .. });
+            if let Some(e) = self.llm_error.as_ref().filter(|_| !llm_failed) {
                 why.push_str(&format!("; agent loop: {e}"));
             }
             why

@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, VecDeque};
 use serde_json::Value;
 
 use crate::agent::clip;
-use crate::atropos::ScoredDataGroup;
+use crate::atropos::{DropReason, ScoredDataGroup};
 use crate::config::HermesEnvConfig;
-use crate::env::{Environment, Metrics, ScoredRollout};
+use crate::env::{Environment, FailureCounts, FailureKind, Metrics, ScoredRollout};
 use crate::llm::{Message, RequestStats};
 
 /// One logged value.
@@ -247,6 +247,8 @@ pub struct TrainMetrics<I> {
     tool_errors: Vec<ToolErrorEntry>,
     perf: BTreeMap<Perf, Vec<f64>>,
     stashed: Metrics,
+    failures: FailureCounts,
+    drops: BTreeMap<&'static str, usize>,
 }
 
 /// What [`TrainMetrics::take`] needs besides the collected data.
@@ -281,6 +283,8 @@ impl<I> TrainMetrics<I> {
             tool_errors: Vec::new(),
             perf: BTreeMap::new(),
             stashed: Metrics::new(),
+            failures: FailureCounts::default(),
+            drops: BTreeMap::new(),
         }
     }
 
@@ -331,6 +335,16 @@ impl<I> TrainMetrics<I> {
         }
     }
 
+    /// Records failed rollout attempts (`train/rollout_failures_<kind>` at the next log).
+    pub fn record_failures(&mut self, failures: &FailureCounts) {
+        self.failures.merge(failures);
+    }
+
+    /// Records a group dropped by the group rules (`train/groups_dropped_<reason>`).
+    pub fn record_drop(&mut self, reason: DropReason) {
+        *self.drops.entry(reason.key()).or_default() += 1;
+    }
+
     /// Records one value of a `train_perf/*` series.
     pub fn record_perf(&mut self, series: Perf, value: f64) {
         self.perf.entry(series).or_default().push(value);
@@ -364,6 +378,19 @@ impl<I> TrainMetrics<I> {
         }
         self.rollouts.clear();
 
+        let failures = std::mem::take(&mut self.failures);
+        for kind in FailureKind::ALL {
+            rec.insert(
+                format!("train/rollout_failures_{}", kind.as_str()),
+                LogValue::Number(failures.get(kind) as f64),
+            );
+        }
+        for (reason, n) in std::mem::take(&mut self.drops) {
+            rec.insert(
+                format!("train/groups_dropped_{reason}"),
+                LogValue::Number(n as f64),
+            );
+        }
         rec.insert(
             "train/tool_errors_count".into(),
             LogValue::Number(self.tool_errors.len() as f64),

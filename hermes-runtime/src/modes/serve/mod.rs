@@ -2,9 +2,21 @@
 //! register (waiting for the trainer), keep up to the worker cap of groups in flight, pause
 //! when the trainer's off-policy queue is full, evaluate every `steps_per_eval` steps, stop at
 //! `total_steps`, and survive the API server restarting (re-register, resend what was not
-//! delivered).
+//! delivered). A stop request lets the running groups finish within the grace period, delivers
+//! or spools what is undelivered, disconnects and finishes W&B.
+//!
+//! Layout: [`policy`] holds the pure Atropos arithmetic, [`outbox`] the delivery (sends,
+//! resends, the spool), this file the loop that ties them to the workers and the trainer.
 
-use std::collections::VecDeque;
+mod outbox;
+pub mod policy;
+
+pub use outbox::{Spool, OUTBOX_CAPACITY};
+pub use policy::{
+    boundary_crossed, derived_batch_size, should_pause, should_stop, worker_cap, CapInputs,
+};
+
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,23 +24,20 @@ use anyhow::Context as _;
 use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, info, warn};
 
+use super::drops::Drops;
 use super::evaluate::run_evaluate;
+use super::failures::{failures_path, FailureLog};
 use super::output::{free_path, JsonlWriter};
-use super::rollout::{collect_group, Runtime, SharedEnv, TokenSource};
-use crate::atropos::api::{
-    ApiInfo, EnvStatus, RegisterEnv, Registration, SendOutcome, TrajectoryApi,
-};
-use crate::atropos::{ScoredDataGroup, Slot};
+use super::rollout::{collect_group, GroupRun, Runtime, SharedEnv, TokenSource};
+use crate::atropos::api::{ApiInfo, EnvStatus, RegisterEnv, Registration, TrajectoryApi};
 use crate::config::EvalHandling;
-use crate::env::{Environment, Metrics, ScoredRollout};
+use crate::env::{Environment, FailureCounts, Metrics, ScoredRollout};
 use crate::llm::RetryPolicy;
+use crate::shutdown::{grace, Shutdown};
 use crate::wandb::{
     run_name, server_metrics, LogContext, Logger, Perf, RunSpec, TrainMetrics, WandbSettings,
 };
-
-/// Groups kept for resending while the trajectory API is unreachable; older ones beyond this
-/// are counted as lost (with a log line).
-pub const OUTBOX_CAPACITY: usize = 4096;
+use outbox::Outbox;
 
 /// Rollouts kept for the next `wandb_log` hook call (the newest; token state stripped).
 pub const LOG_ROLLOUTS_CAPACITY: usize = 1024;
@@ -74,6 +83,18 @@ pub struct ServeSummary {
     pub groups_sent: usize,
     /// Groups dropped by the group rules (size, equal scores, length).
     pub groups_dropped: usize,
+    /// Those drops per reason (`size`, `equal_scores`, `too_long`).
+    pub drops_by_reason: BTreeMap<&'static str, usize>,
+    /// Failed rollout attempts per kind (each retried, or its item failed).
+    pub rollout_failures: FailureCounts,
+    /// Items that produced no group because a rollout kept failing, per kind.
+    pub items_failed: FailureCounts,
+    /// Undelivered groups spooled to disk at exit (resent by the next start).
+    pub groups_spooled: usize,
+    /// Groups from an earlier run's spool queued for delivery at start.
+    pub groups_unspooled: usize,
+    /// True when a stop request (signal) ended the run.
+    pub interrupted: bool,
     /// Groups the API refused with a 4xx (dropped, as upstream).
     pub groups_rejected: usize,
     /// Groups delivered late, after the trajectory API had been unreachable.
@@ -92,158 +113,11 @@ pub struct ServeSummary {
     pub final_step: i64,
 }
 
-/// `int(batch_size × (unallocated_fraction + min_batch_allocation))`; `batch_size` before the
-/// first status or when it is unknown (-1).
-pub fn derived_batch_size(
-    batch_size: i64,
-    status: Option<&EnvStatus>,
-    min_batch_allocation: Option<f64>,
-) -> i64 {
-    match status {
-        Some(s) if batch_size != -1 => {
-            (batch_size as f64 * (s.unallocated_fraction + min_batch_allocation.unwrap_or(0.0)))
-                as i64
-        }
-        _ => batch_size,
-    }
-}
-
-/// Stop when `current_step + (queue_size × group_size) // batch_size > total_steps`.
-pub fn should_stop(status: &EnvStatus, group_size: i64, batch_size: i64, total_steps: i64) -> bool {
-    let queued_steps = if batch_size > 0 {
-        (status.queue_size * group_size).div_euclid(batch_size)
-    } else {
-        0
-    };
-    status.current_step + queued_steps > total_steps
-}
-
-/// The off-policy back-pressure rule: the queue holds `max_batches_offpolicy` batches (and,
-/// with a minimum allocation, this environment's share is already queued), or the batch size
-/// is unknown.
-pub fn should_pause(
-    status: &EnvStatus,
-    group_size: i64,
-    batch_size: i64,
-    max_batches_offpolicy: i64,
-    min_batch_allocation: Option<f64>,
-) -> bool {
-    if derived_batch_size(batch_size, Some(status), min_batch_allocation) == -1 {
-        return true;
-    }
-    let full = status.queue_size * group_size >= max_batches_offpolicy * batch_size
-        && max_batches_offpolicy > 0;
-    let share_met = match min_batch_allocation {
-        None => true,
-        Some(a) => {
-            let g_max = status.max_group_size.max(1);
-            let needed =
-                (a * batch_size as f64 * max_batches_offpolicy as f64 / g_max as f64).ceil() as i64;
-            needed * (g_max / group_size.max(1)) - status.self_queue_size <= 0
-        }
-    };
-    full && share_met
-}
-
-/// Inputs of the worker cap.
-#[derive(Debug, Clone, Copy)]
-pub struct CapInputs<'a> {
-    /// `max_num_workers` (already resolved from per-node × servers when -1).
-    pub max_num_workers: i64,
-    /// Whether an evaluation is running, and how training behaves meanwhile.
-    pub eval_running: bool,
-    /// `eval_handling`.
-    pub eval_handling: EvalHandling,
-    /// `eval_limit_ratio`.
-    pub eval_limit_ratio: f64,
-    /// `max_batches_offpolicy`.
-    pub max_batches_offpolicy: i64,
-    /// Batch size from `/info`.
-    pub batch_size: i64,
-    /// `group_size`.
-    pub group_size: i64,
-    /// `min_batch_allocation`.
-    pub min_batch_allocation: Option<f64>,
-    /// The latest `/status-env`.
-    pub status: Option<&'a EnvStatus>,
-}
-
-/// How many workers may run now (upstream `add_train_workers` arithmetic).
-pub fn worker_cap(c: &CapInputs<'_>) -> i64 {
-    let mut cap = c.max_num_workers;
-    if c.eval_running {
-        match c.eval_handling {
-            EvalHandling::StopTrain => return 0,
-            EvalHandling::LimitTrain => cap = (cap as f64 * c.eval_limit_ratio) as i64,
-            EvalHandling::None => {}
-        }
-    }
-    let g = c.group_size.max(1);
-    let queue = c.status.map_or(0, |s| s.queue_size);
-    let derived = derived_batch_size(c.batch_size, c.status, c.min_batch_allocation);
-    cap = cap.min((c.max_batches_offpolicy * derived).div_euclid(g) - queue);
-    if let (Some(a), Some(s)) = (c.min_batch_allocation, c.status) {
-        let big = s.max_group_size.max(1) as f64;
-        let gf = g as f64;
-        let needed = (a * c.batch_size as f64 * c.max_batches_offpolicy as f64 / big).ceil();
-        let have = ((big * s.self_queue_size as f64) / (big / gf)).floor();
-        let floor = (((needed + (big / gf).floor()) * big - have) / gf)
-            .ceil()
-            .max(0.0) as i64;
-        cap = cap.max(floor);
-    }
-    cap
-}
-
-/// True when the step moved across a multiple of `period` (the fixed form of upstream's
-/// `prev % period > cur % period`, which misses jumps landing on a larger residue).
-pub fn boundary_crossed(prev: i64, cur: i64, period: i64) -> bool {
-    period > 0 && cur.div_euclid(period) > prev.div_euclid(period)
-}
-
-/// Why a finished group is not sent.
-pub fn drop_reason(
-    group: &ScoredDataGroup,
-    group_size: usize,
-    ensure_scores_are_not_same: bool,
-    length_limit: i64,
-) -> Option<String> {
-    let expected = group.expected_size(group_size);
-    if group.tokens.len() != expected {
-        return Some(format!(
-            "has {} rollouts, expected {expected}",
-            group.tokens.len()
-        ));
-    }
-    if ensure_scores_are_not_same && group.scores_all_equal() {
-        return Some("all scores are equal (ensure_scores_are_not_same)".into());
-    }
-    if length_limit > 0 {
-        if let Some(len) = group
-            .tokens
-            .iter()
-            .map(Vec::len)
-            .find(|&l| l as i64 >= length_limit)
-        {
-            return Some(format!(
-                "a sequence has {len} tokens, at or above the trainer's limit {length_limit}"
-            ));
-        }
-    }
-    None
-}
-
 /// Writes one step's metrics to the log when no wandb run is active.
 fn log_step_metrics(metrics: &Metrics, step: i64) {
     let line: Vec<String> = metrics.iter().map(|(k, v)| format!("{k}={v:.4}")).collect();
     info!("step {step}: {}", line.join(" "));
 }
-
-type GroupOutput<I> = (ScoredDataGroup, Vec<ScoredRollout<I>>);
-type SendResult = (
-    ScoredDataGroup,
-    Result<SendOutcome, crate::atropos::ApiError>,
-);
 
 struct Worker<I> {
     id: u64,
@@ -264,13 +138,15 @@ struct Loop<E: Environment> {
     length_limit: i64,
     status: Option<EnvStatus>,
     curr_step: i64,
-    joins: JoinSet<(u64, GroupOutput<E::Item>)>,
+    joins: JoinSet<(u64, GroupRun<E::Item>)>,
     running: Vec<Worker<E::Item>>,
     backlog: Vec<E::Item>,
     next_id: u64,
-    outbox: VecDeque<ScoredDataGroup>,
-    sends: JoinSet<SendResult>,
-    failed_since: Option<Instant>,
+    outbox: Outbox,
+    spool: Spool,
+    shutdown: Shutdown,
+    failures: Option<FailureLog>,
+    drops: Drops,
     eval: Option<tokio::task::JoinHandle<anyhow::Result<crate::modes::EvalSummary>>>,
     pending_eval_metrics: Metrics,
     rollouts_since_log: VecDeque<ScoredRollout<E::Item>>,
@@ -282,11 +158,23 @@ struct Loop<E: Environment> {
     summary: ServeSummary,
 }
 
-/// Runs `serve` until the trainer reaches `total_steps` (or the server's `num_steps`).
+/// What registering with the trajectory API established.
+struct Session {
+    api: TrajectoryApi,
+    register: RegisterEnv,
+    registration: Registration,
+    total_steps: i64,
+    batch_size: i64,
+    length_limit: i64,
+}
+
+/// Runs `serve` until the trainer reaches `total_steps` (or the server's `num_steps`), or a
+/// stop request ends it gracefully.
 pub async fn run_serve<E: Environment>(
     env: E,
     rt: Arc<Runtime>,
     opts: ServeOptions,
+    shutdown: &Shutdown,
 ) -> anyhow::Result<ServeSummary> {
     let config = Arc::clone(&rt.config);
     let api = TrajectoryApi::new(&config.rollout_server_url, opts.retry, opts.register_poll)?;
@@ -300,38 +188,141 @@ pub async fn run_serve<E: Environment>(
         min_batch_allocation: config.min_batch_allocation,
         group_size: config.group_size,
     };
-    let mut wandb = None;
-    if config.use_wandb {
-        // Serve runs log into the trainer's wandb project: wait until it has registered.
-        let mut announced = false;
-        let info = loop {
-            let info = api.wandb_info().await.context("GET /wandb_info failed")?;
-            if info.project.is_some() {
-                break info;
-            }
-            if !announced {
-                info!("waiting for the trainer to register (it names the wandb project)");
-                announced = true;
-            }
-            tokio::time::sleep(opts.register_poll).await;
-        };
-        info!(
-            "trainer logs to wandb project {} (group {})",
-            info.project.as_deref().unwrap_or_default(),
-            info.group.as_deref().unwrap_or("-")
-        );
-        let spec = RunSpec {
-            display_name: Some(run_name(&register.desired_name)),
-            project: info.project,
-            group: info.group,
-            config: opts.wandb_config.clone().unwrap_or_default(),
-        };
-        match WandbSettings::from_env().and_then(|settings| Logger::start(&settings, spec)) {
-            Ok(Some(logger)) => wandb = Some((logger, TrainMetrics::new(&config))),
-            Ok(None) => {}
-            Err(e) => warn!("wandb: {e}; continuing without wandb logging"),
+    let (wandb, session) = shutdown
+        .unless_requested(async {
+            let wandb = match config.use_wandb {
+                true => start_wandb(&api, &register.desired_name, &opts, &config).await?,
+                false => None,
+            };
+            anyhow::Ok((wandb, connect(api, register, &config).await?))
+        })
+        .await??;
+    let sink = match &config.data_path_to_save_groups {
+        Some(p) => {
+            let path = free_path(p.as_ref()).with_context(|| format!("cannot create {p}"))?;
+            info!("also writing groups to {}", path.display());
+            Some(
+                JsonlWriter::create(&path)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let failures = sink
+        .as_ref()
+        .map(|s| FailureLog::new(failures_path(s.path())));
+    let spool = Spool::new(
+        config.outbox_spool_dir.as_deref(),
+        &session.register.desired_name,
+        config.outbox_spool_max_mb,
+    );
+    let mut outbox = Outbox::default();
+    let mut summary = ServeSummary::default();
+    match spool.take() {
+        Ok(groups) if !groups.is_empty() => {
+            info!(
+                "resending {} groups an earlier run of '{}' could not deliver (spooled in {})",
+                groups.len(),
+                session.register.desired_name,
+                spool.dir().display()
+            );
+            summary.groups_unspooled = groups.len();
+            outbox.requeue_front(groups);
+        }
+        Ok(_) => {}
+        Err(e) => warn!(
+            "cannot read the outbox spool {}: {e}",
+            spool.dir().display()
+        ),
+    }
+    if shutdown
+        .unless_requested(tokio::time::sleep(opts.startup_delay))
+        .await
+        .is_err()
+    {
+        info!("stop requested before the first rollout");
+    }
+    let state = Loop {
+        env: Arc::new(SharedEnv(tokio::sync::RwLock::new(env))),
+        rt,
+        api: session.api,
+        opts,
+        register: session.register,
+        curr_step: session.registration.starting_step,
+        registration: session.registration,
+        total_steps: session.total_steps,
+        batch_size: session.batch_size,
+        length_limit: session.length_limit,
+        status: None,
+        joins: JoinSet::new(),
+        running: Vec::new(),
+        backlog: Vec::new(),
+        next_id: 0,
+        outbox,
+        spool,
+        shutdown: shutdown.clone(),
+        failures,
+        drops: Drops::default(),
+        eval: None,
+        pending_eval_metrics: Metrics::new(),
+        rollouts_since_log: VecDeque::new(),
+        rewards_since_log: (0.0, 0),
+        items_sent_this_step: 0,
+        paused: false,
+        sink,
+        wandb,
+        summary,
+    };
+    state.run().await
+}
+
+/// Starts the W&B run in the trainer's project, waiting until the trainer has registered
+/// (it names the project); `None` when W&B cannot start (logging never stops rollouts).
+async fn start_wandb<I>(
+    api: &TrajectoryApi,
+    desired_name: &str,
+    opts: &ServeOptions,
+    config: &crate::config::HermesEnvConfig,
+) -> anyhow::Result<Option<(Logger, TrainMetrics<I>)>> {
+    let mut announced = false;
+    let info = loop {
+        let info = api.wandb_info().await.context("GET /wandb_info failed")?;
+        if info.project.is_some() {
+            break info;
+        }
+        if !announced {
+            info!("waiting for the trainer to register (it names the wandb project)");
+            announced = true;
+        }
+        tokio::time::sleep(opts.register_poll).await;
+    };
+    info!(
+        "trainer logs to wandb project {} (group {})",
+        info.project.as_deref().unwrap_or_default(),
+        info.group.as_deref().unwrap_or("-")
+    );
+    let spec = RunSpec {
+        display_name: Some(run_name(desired_name)),
+        project: info.project,
+        group: info.group,
+        config: opts.wandb_config.clone().unwrap_or_default(),
+    };
+    match WandbSettings::from_env().and_then(|settings| Logger::start(&settings, spec)) {
+        Ok(Some(logger)) => Ok(Some((logger, TrainMetrics::new(config)))),
+        Ok(None) => Ok(None),
+        Err(e) => {
+            warn!("wandb: {e}; continuing without wandb logging");
+            Ok(None)
         }
     }
+}
+
+/// Registers (waiting for the trainer) and reads the trainer's limits.
+async fn connect(
+    api: TrajectoryApi,
+    register: RegisterEnv,
+    config: &crate::config::HermesEnvConfig,
+) -> anyhow::Result<Session> {
     info!(
         "registering '{}' with the trajectory API at {}",
         register.desired_name,
@@ -364,48 +355,14 @@ pub async fn run_serve<E: Environment>(
     if length_limit <= 0 {
         warn!("the trainer set no token limit (/info max_token_len = -1): long sequences are not filtered");
     }
-    let sink = match &config.data_path_to_save_groups {
-        Some(p) => {
-            let path = free_path(p.as_ref()).with_context(|| format!("cannot create {p}"))?;
-            info!("also writing groups to {}", path.display());
-            Some(
-                JsonlWriter::create(&path)
-                    .with_context(|| format!("cannot write {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
-    tokio::time::sleep(opts.startup_delay).await;
-    let state = Loop {
-        env: Arc::new(SharedEnv(tokio::sync::RwLock::new(env))),
-        rt,
+    Ok(Session {
         api,
-        opts,
         register,
-        curr_step: registration.starting_step,
         registration,
         total_steps,
         batch_size,
         length_limit,
-        status: None,
-        joins: JoinSet::new(),
-        running: Vec::new(),
-        backlog: Vec::new(),
-        next_id: 0,
-        outbox: VecDeque::new(),
-        sends: JoinSet::new(),
-        failed_since: None,
-        eval: None,
-        pending_eval_metrics: Metrics::new(),
-        rollouts_since_log: VecDeque::new(),
-        rewards_since_log: (0.0, 0),
-        items_sent_this_step: 0,
-        paused: false,
-        sink,
-        wandb,
-        summary: ServeSummary::default(),
-    };
-    state.run().await
+    })
 }
 
 /// The batch size (from `/info` unless -1) and the length limit (-1 = none).
@@ -422,17 +379,25 @@ impl<E: Environment> Loop<E> {
     async fn run(mut self) -> anyhow::Result<ServeSummary> {
         let mut ticker = tokio::time::interval(self.opts.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
                 Some(done) = self.joins.join_next(), if !self.joins.is_empty() => {
                     self.finished(done);
                 }
-                Some(sent) = self.sends.join_next(), if !self.sends.is_empty() => {
-                    self.sent(sent);
+                true = self.outbox.next_sent(&mut self.summary), if self.outbox.sending() => {}
+                () = shutdown.requested() => {
+                    self.summary.interrupted = true;
+                    break;
                 }
                 _ = ticker.tick() => {
-                    if self.tick().await? {
-                        break;
+                    // Everything a tick awaits is cancel-safe, so a stop request may cut it short.
+                    match shutdown.unless_requested(self.tick()).await {
+                        Ok(stop) => if stop? { break },
+                        Err(_) => {
+                            self.summary.interrupted = true;
+                            break;
+                        }
                     }
                 }
             }
@@ -443,8 +408,11 @@ impl<E: Environment> Loop<E> {
 
     /// One main-loop tick; `true` = stop.
     async fn tick(&mut self) -> anyhow::Result<bool> {
-        if !self.outbox.is_empty() {
-            self.flush_outbox().await;
+        if self.outbox.has_queued() {
+            let env_id = self.registration.env_id;
+            self.outbox
+                .flush(&self.api, env_id, &mut self.summary)
+                .await;
         }
         let status = match self.api.status_env(self.registration.env_id).await {
             Ok(s) => s,
@@ -583,14 +551,15 @@ impl<E: Environment> Loop<E> {
         }
     }
 
-    fn finished(&mut self, done: Result<(u64, GroupOutput<E::Item>), tokio::task::JoinError>) {
-        let (id, (mut group, rollouts)) = match done {
+    fn finished(&mut self, done: Result<(u64, GroupRun<E::Item>), tokio::task::JoinError>) {
+        let (id, run) = match done {
             Ok(v) => v,
             Err(e) if e.is_cancelled() => return,
             Err(e) => {
                 let id = e.id();
-                warn!("a worker failed: {e}");
+                warn!("a worker failed: {e}; its item is lost");
                 self.running.retain(|w| w.abort.id() != id);
+                self.summary.groups_lost += 1;
                 return;
             }
         };
@@ -604,24 +573,36 @@ impl<E: Environment> Loop<E> {
             return;
         };
         self.running.retain(|w| w.id != id);
+        self.summary.rollout_failures.merge(&run.failures);
+        let group = match run.result {
+            Ok(group) => group,
+            Err(failed) => {
+                self.item_failed(&failed, took);
+                return;
+            }
+        };
         let c = Arc::clone(&self.rt.config);
-        let dropped = drop_reason(
-            &group,
+        let dropped = group.drop_reason(
             c.group_size.max(1) as usize,
             c.ensure_scores_are_not_same,
-            self.length_limit,
+            Some(self.length_limit),
         );
         if let Some((_, metrics)) = &mut self.wandb {
             let secs = took.as_secs_f64();
             metrics.record_perf(Perf::TaskDuration, secs);
-            if dropped.is_none() {
-                metrics.record_perf(Perf::SucceededTaskDuration, secs);
-                metrics.record_group(&group);
-            } else {
-                metrics.record_perf(Perf::FailedTaskDuration, secs);
+            metrics.record_failures(&run.failures);
+            match dropped {
+                None => {
+                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
+                    metrics.record_group(&group);
+                }
+                Some(reason) => {
+                    metrics.record_perf(Perf::FailedTaskDuration, secs);
+                    metrics.record_drop(reason);
+                }
             }
         }
-        for mut r in rollouts {
+        for mut r in run.rollouts {
             self.rewards_since_log.0 += r.reward;
             self.rewards_since_log.1 += 1;
             r.run.managed_state = None;
@@ -636,9 +617,11 @@ impl<E: Environment> Loop<E> {
         }
         if let Some(reason) = dropped {
             debug!("group dropped: {reason}");
+            self.drops.record(reason);
             self.summary.groups_dropped += 1;
             return;
         }
+        let mut group = group;
         group.fill_absent_nulls();
         if let Some(sink) = &mut self.sink {
             if let Err(e) = sink.write(&group) {
@@ -646,81 +629,56 @@ impl<E: Environment> Loop<E> {
             }
         }
         self.items_sent_this_step += 1;
-        if self.failed_since.is_some() || !self.outbox.is_empty() {
-            self.outbox.push_back(group);
-            return;
-        }
         // Serialising, gzipping and posting run off the loop, concurrently, and are not
         // cancelled by a pause.
-        group.env_id = Slot::Value(self.registration.env_id);
-        let api = self.api.clone();
-        self.sends.spawn(async move {
-            let outcome = api.send(std::slice::from_ref(&group)).await;
-            (group, outcome)
-        });
+        self.outbox
+            .submit(&self.api, self.registration.env_id, group);
     }
 
-    fn sent(&mut self, done: Result<SendResult, tokio::task::JoinError>) {
-        match done {
-            Ok((_, Ok(SendOutcome::Accepted(_)))) => self.summary.groups_sent += 1,
-            Ok((_, Ok(SendOutcome::Rejected(e)))) => {
-                warn!("the trajectory API refused a group (dropped): {e}");
-                self.summary.groups_rejected += 1;
-            }
-            Ok((group, Err(e))) => {
-                if self.failed_since.is_none() {
-                    warn!("cannot send a group: {e}; keeping it to resend");
-                    self.failed_since = Some(Instant::now());
-                }
-                self.outbox.push_back(group);
-            }
-            Err(e) => {
-                warn!("a send task failed: {e}; its group is lost");
-                self.summary.groups_lost += 1;
-            }
+    /// An item whose rollouts kept failing: counted, recorded, never sent.
+    fn item_failed(&mut self, failed: &super::rollout::FailedItem<E::Item>, took: Duration) {
+        let kind = failed
+            .outcome
+            .failure()
+            .unwrap_or(crate::env::FailureKind::Verifier);
+        self.summary.items_failed.add(kind);
+        if let Some((_, metrics)) = &mut self.wandb {
+            metrics.record_perf(Perf::FailedTaskDuration, took.as_secs_f64());
         }
-    }
-
-    /// Sends queued groups in order; stops at the first transport failure (kept for later).
-    async fn flush_outbox(&mut self) {
-        while let Some(mut group) = self.outbox.pop_front() {
-            group.env_id = Slot::Value(self.registration.env_id);
-            match self.api.send(std::slice::from_ref(&group)).await {
-                Ok(SendOutcome::Accepted(_)) => {
-                    self.summary.groups_sent += 1;
-                    self.summary.groups_resent += 1;
-                    if self.failed_since.take().is_some() {
-                        info!("trajectory API reachable again");
-                    }
+        let message = failed.outcome.failure_message().unwrap_or_default();
+        match &mut self.failures {
+            Some(log) => {
+                if let Err(e) = log.record(failed) {
+                    warn!("cannot write the failures file: {e}");
                 }
-                Ok(SendOutcome::Rejected(e)) => {
-                    warn!("the trajectory API refused a group (dropped): {e}");
-                    self.summary.groups_rejected += 1;
-                }
-                Err(e) => {
-                    if self.failed_since.is_none() {
-                        warn!("cannot send a group: {e}; keeping it to resend");
-                        self.failed_since = Some(Instant::now());
-                    }
-                    self.outbox.push_front(group);
-                    break;
-                }
+                warn!(
+                    "item not trained on after {} attempt(s) ({} failure): {message}",
+                    failed.attempts,
+                    kind.as_str()
+                );
             }
-        }
-        while self.outbox.len() > OUTBOX_CAPACITY {
-            self.outbox.pop_front();
-            self.summary.groups_lost += 1;
-            warn!(
-                "outbox over {OUTBOX_CAPACITY} groups while the trajectory API is unreachable: \
-                 dropped the oldest ({} lost so far)",
-                self.summary.groups_lost
-            );
+            None => warn!(
+                "item not trained on after {} attempt(s) ({} failure): {message}; \
+                 set --env.data_path_to_save_groups to keep failed items in a file",
+                failed.attempts,
+                kind.as_str()
+            ),
         }
     }
 
     /// Registers again (after an API restart), retrying until the server answers; then
     /// resends the groups that could not be delivered.
     async fn reregister(&mut self) {
+        // Best effort: if the API only hiccuped, the old id would otherwise stay registered
+        // as a ghost (its minimum allocation counted twice).
+        if let Ok(Ok(_)) = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.api.disconnect_env(self.registration.env_id),
+        )
+        .await
+        {
+            info!("disconnected the old env_id {}", self.registration.env_id);
+        }
         let mut attempt = 1u32;
         let registration = loop {
             match self.api.register_env(&self.register).await {
@@ -738,7 +696,7 @@ impl<E: Environment> Loop<E> {
             registration.env_id,
             registration.wandb_name,
             registration.starting_step,
-            self.outbox.len()
+            self.outbox.queued()
         );
         self.summary.reregistrations += 1;
         if self.rt.config.total_steps == -1 && registration.num_steps != -1 {
@@ -753,8 +711,11 @@ impl<E: Environment> Loop<E> {
             }
             Err(e) => warn!("GET /info after re-registering failed: {e}"),
         }
-        self.failed_since = None;
-        self.flush_outbox().await;
+        self.outbox.reset_failure();
+        let env_id = self.registration.env_id;
+        self.outbox
+            .flush(&self.api, env_id, &mut self.summary)
+            .await;
     }
 
     fn step_changed(&mut self, current: i64) {
@@ -791,8 +752,9 @@ impl<E: Environment> Loop<E> {
         let rt = Arc::clone(&self.rt);
         let name = self.opts.env_name.clone();
         let model = self.opts.model_name.clone();
+        let shutdown = self.shutdown.clone();
         self.eval = Some(tokio::spawn(async move {
-            run_evaluate(&*env, &rt, &name, &model).await
+            run_evaluate(&*env, &rt, &name, &model, &shutdown).await
         }));
     }
 
@@ -847,7 +809,13 @@ impl<E: Environment> Loop<E> {
         log_step_metrics(&prefixed, self.curr_step);
     }
 
+    /// Ends the run: on a stop request the running groups first get the grace period to
+    /// finish (and are sent); then every undelivered group is delivered or spooled, the env
+    /// disconnects and W&B finishes.
     async fn shutdown(&mut self) {
+        if self.summary.interrupted {
+            self.finish_running().await;
+        }
         for w in self.running.drain(..) {
             w.abort.abort();
         }
@@ -857,129 +825,105 @@ impl<E: Environment> Loop<E> {
             eval.abort();
             let _ = eval.await;
         }
-        while let Some(done) = self.sends.join_next().await {
-            self.sent(done);
-        }
-        if !self.outbox.is_empty() {
-            self.flush_outbox().await;
-        }
-        if !self.outbox.is_empty() {
-            warn!(
-                "{} finished groups could not be delivered before exit",
-                self.outbox.len()
-            );
-            self.summary.groups_lost += self.outbox.len();
-        }
+        self.drops.announce();
+        self.summary.drops_by_reason = self.drops.by_reason().clone();
+        self.deliver_or_spool().await;
         if self.summary.final_step == 0 {
             self.summary.final_step = self.curr_step;
         }
         // Upstream never disconnects; doing so stops the server from counting this
         // environment's minimum batch allocation after it is gone.
-        match self.api.disconnect_env(self.registration.env_id).await {
-            Ok(v) => info!("disconnected from the trajectory API: {v}"),
-            Err(e) => warn!("POST /disconnect-env failed: {e}"),
+        let disconnect = self.api.disconnect_env(self.registration.env_id);
+        match tokio::time::timeout(Duration::from_secs(10), disconnect).await {
+            Ok(Ok(v)) => info!("disconnected from the trajectory API: {v}"),
+            Ok(Err(e)) => warn!("POST /disconnect-env failed: {e}"),
+            Err(_) => warn!("POST /disconnect-env did not answer within 10 s"),
         }
         if let Some((logger, _)) = self.wandb.take() {
             let report = logger.finish(0).await;
             info!("wandb: {}", report.describe(&self.opts.env_name));
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(current_step: i64, queue_size: i64) -> EnvStatus {
-        EnvStatus {
-            current_step,
-            queue_size,
-            unallocated_fraction: 1.0,
-            self_queue_size: queue_size,
-            max_group_size: 2,
-            env_weight: 1.0,
+    /// After a stop request: takes no new items and lets the running groups finish until
+    /// the grace period (counted from the request) runs out.
+    async fn finish_running(&mut self) {
+        let grace = grace(self.rt.config.shutdown_grace);
+        if !self.running.is_empty() {
+            info!(
+                "waiting up to {grace:?} for {} running groups (--env.shutdown_grace)",
+                self.running.len()
+            );
+        }
+        let shutdown = self.shutdown.clone();
+        while !self.running.is_empty() {
+            tokio::select! {
+                Some(done) = self.joins.join_next() => self.finished(done),
+                () = shutdown.cancelled(grace) => {
+                    warn!(
+                        "{} groups still running after the grace period: cancelled",
+                        self.running.len()
+                    );
+                    break;
+                }
+            }
         }
     }
 
-    #[test]
-    fn the_spec_end_to_end_example() {
-        // Batch 4, group 2, max_batches_offpolicy 3, total_steps 3.
-        assert!(!should_pause(&status(0, 5), 2, 4, 3, None));
-        assert!(
-            should_pause(&status(0, 6), 2, 4, 3, None),
-            "6 groups = 3 batches"
-        );
-        assert!(
-            !should_stop(&status(0, 6), 2, 4, 3),
-            "0 + 12 // 4 = 3 is not > 3"
-        );
-        assert!(should_stop(&status(3, 2), 2, 4, 3), "3 + 4 // 4 = 4 > 3");
-        // The 0→3 jump with a period of 2 crosses step 2: the fix runs the eval upstream skips.
-        assert!(boundary_crossed(0, 3, 2));
-        assert!(boundary_crossed(50, 250, 100));
-        assert!(!boundary_crossed(100, 150, 100));
-        assert!(!boundary_crossed(3, 4, 0));
-    }
-
-    #[test]
-    fn worker_cap_arithmetic() {
-        let s = status(0, 2);
-        let base = CapInputs {
-            max_num_workers: 16,
-            eval_running: false,
-            eval_handling: EvalHandling::StopTrain,
-            eval_limit_ratio: 0.5,
-            max_batches_offpolicy: 3,
-            batch_size: 4,
-            group_size: 2,
-            min_batch_allocation: None,
-            status: Some(&s),
+    /// Waits for the sends in flight and resends the outbox, for at most the rest of the
+    /// grace period (at least 5 s, none after a second stop request); spools what is left.
+    async fn deliver_or_spool(&mut self) {
+        let grace = grace(self.rt.config.shutdown_grace);
+        let shutdown = self.shutdown.clone();
+        let deadline = tokio::time::sleep(Duration::from_secs(5));
+        let interrupted = self.summary.interrupted;
+        let delivery = async {
+            while self.outbox.next_sent(&mut self.summary).await {}
+            let env_id = self.registration.env_id;
+            if self.outbox.has_queued() {
+                self.outbox
+                    .flush(&self.api, env_id, &mut self.summary)
+                    .await;
+            }
         };
-        assert_eq!(worker_cap(&base), 3 * 4 / 2 - 2);
-        assert_eq!(
-            worker_cap(&CapInputs {
-                status: None,
-                ..base
-            }),
-            6
-        );
-        assert_eq!(
-            worker_cap(&CapInputs {
-                eval_running: true,
-                ..base
-            }),
-            0
-        );
-        let limit = CapInputs {
-            eval_running: true,
-            eval_handling: EvalHandling::LimitTrain,
-            max_num_workers: 3,
-            ..base
-        };
-        assert_eq!(worker_cap(&limit), 1);
-        // Unknown batch size: derived batch -1 pauses.
-        assert!(should_pause(&s, 2, -1, 3, None));
-        // A minimum allocation raises the cap: a=0.5, B=4, O=3, G=2, g=2, s=2:
-        // ceil(((ceil(3) + 1) × 2 − 4) / 2) = 2.
-        let alloc = CapInputs {
-            max_num_workers: 1,
-            min_batch_allocation: Some(0.5),
-            ..base
-        };
-        assert_eq!(worker_cap(&alloc), 2);
-        assert_eq!(derived_batch_size(4, Some(&s), Some(0.5)), 6);
-    }
-
-    #[test]
-    fn drop_rules_include_the_length_limit() {
-        let g = ScoredDataGroup {
-            tokens: vec![vec![1, 2, 3], vec![1]],
-            scores: vec![1.0, 0.0],
-            ..Default::default()
-        };
-        assert!(drop_reason(&g, 2, true, 4).is_none());
-        assert!(drop_reason(&g, 2, true, 3).unwrap().contains("limit 3"));
-        assert!(drop_reason(&g, 2, true, -1).is_none());
-        assert!(drop_reason(&g, 3, true, -1).unwrap().contains("expected 3"));
+        tokio::select! {
+            () = delivery => {}
+            () = async {
+                if interrupted {
+                    // The grace period from the request, but at least the 5 s started now.
+                    tokio::join!(shutdown.cancelled(grace), deadline);
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            } => warn!("delivery cut short by the grace period"),
+            () = shutdown.forced() => warn!("delivery cancelled by a second stop request"),
+        }
+        let left = self.outbox.abandon();
+        if left.is_empty() {
+            return;
+        }
+        match self.spool.save(&left) {
+            Ok((kept, dropped, path)) => {
+                self.summary.groups_spooled += kept;
+                self.summary.groups_lost += dropped;
+                warn!(
+                    "{kept} undelivered groups spooled to {} (the next start of this env resends them){}",
+                    path.display(),
+                    if dropped > 0 {
+                        format!("; {dropped} older ones over --env.outbox_spool_max_mb were dropped")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            Err(e) => {
+                self.summary.groups_lost += left.len();
+                warn!(
+                    "{} undelivered groups are lost: cannot spool them to {}: {e}",
+                    left.len(),
+                    self.spool.dir().display()
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,322 @@
+//! Delivery of finished groups to the trajectory API: sends run concurrently off the loop;
+//! groups that could not be delivered wait in order in the outbox and are resent when the API
+//! answers again; at shutdown whatever is still undelivered is spooled to disk (bounded in
+//! bytes) and the next start of the same environment resends it.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use tokio::task::{Id, JoinSet};
+use tracing::{info, warn};
+
+use super::ServeSummary;
+use crate::atropos::api::SendOutcome;
+use crate::atropos::{ApiError, ScoredDataGroup, Slot, TrajectoryApi};
+
+/// Groups kept for resending while the trajectory API is unreachable; older ones beyond this
+/// are counted as lost (with a log line).
+pub const OUTBOX_CAPACITY: usize = 4096;
+
+type SendResult = (ScoredDataGroup, Result<SendOutcome, ApiError>);
+
+/// Undelivered groups (in order) and the sends in flight.
+#[derive(Default)]
+pub(super) struct Outbox {
+    queue: VecDeque<ScoredDataGroup>,
+    sends: JoinSet<SendResult>,
+    /// A copy of each group in flight, so a send cut short at shutdown is spooled, not lost.
+    in_flight: HashMap<Id, ScoredDataGroup>,
+    failed_since: Option<Instant>,
+}
+
+impl Outbox {
+    /// Sends `group` now (off the loop), or queues it behind undelivered ones.
+    pub(super) fn submit(&mut self, api: &TrajectoryApi, env_id: i64, mut group: ScoredDataGroup) {
+        if self.failed_since.is_some() || !self.queue.is_empty() {
+            self.queue.push_back(group);
+            return;
+        }
+        group.env_id = Slot::Value(env_id);
+        let api = api.clone();
+        let copy = group.clone();
+        let handle = self.sends.spawn(async move {
+            let outcome = api.send(std::slice::from_ref(&group)).await;
+            (group, outcome)
+        });
+        self.in_flight.insert(handle.id(), copy);
+    }
+
+    /// Queues groups spooled by an earlier run ahead of everything else.
+    pub(super) fn requeue_front(&mut self, groups: Vec<ScoredDataGroup>) {
+        for g in groups.into_iter().rev() {
+            self.queue.push_front(g);
+        }
+    }
+
+    /// True when sends are in flight.
+    pub(super) fn sending(&self) -> bool {
+        !self.sends.is_empty()
+    }
+
+    /// True when groups wait to be resent.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Groups waiting to be resent.
+    pub(super) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Waits for the next send to finish and accounts for it; `false` when none is in flight.
+    pub(super) async fn next_sent(&mut self, summary: &mut ServeSummary) -> bool {
+        match self.sends.join_next_with_id().await {
+            Some(Ok((id, (group, result)))) => {
+                self.in_flight.remove(&id);
+                match result {
+                    Ok(outcome) => Self::delivered(outcome, false, summary),
+                    Err(e) => self.undeliverable(group, &e),
+                }
+                true
+            }
+            Some(Err(e)) => {
+                match self.in_flight.remove(&e.id()) {
+                    Some(group) => self.queue.push_back(group),
+                    None => summary.groups_lost += 1,
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn delivered(outcome: SendOutcome, resent: bool, summary: &mut ServeSummary) {
+        match outcome {
+            SendOutcome::Accepted(_) => {
+                summary.groups_sent += 1;
+                if resent {
+                    summary.groups_resent += 1;
+                }
+            }
+            SendOutcome::Rejected(e) => {
+                warn!("the trajectory API refused a group (dropped): {e}");
+                summary.groups_rejected += 1;
+            }
+        }
+    }
+
+    fn undeliverable(&mut self, group: ScoredDataGroup, e: &ApiError) {
+        if self.failed_since.is_none() {
+            warn!("cannot send a group: {e}; keeping it to resend");
+            self.failed_since = Some(Instant::now());
+        }
+        self.queue.push_back(group);
+    }
+
+    /// Sends queued groups in order; stops at the first transport failure (kept for later).
+    /// Cancel-safe: a group leaves the queue only once the API answered for it.
+    pub(super) async fn flush(
+        &mut self,
+        api: &TrajectoryApi,
+        env_id: i64,
+        summary: &mut ServeSummary,
+    ) {
+        while let Some(front) = self.queue.front() {
+            let mut group = front.clone();
+            group.env_id = Slot::Value(env_id);
+            match api.send(std::slice::from_ref(&group)).await {
+                Ok(outcome) => {
+                    self.queue.pop_front();
+                    Self::delivered(outcome, true, summary);
+                    if self.failed_since.take().is_some() {
+                        info!("trajectory API reachable again");
+                    }
+                }
+                Err(e) => {
+                    if self.failed_since.is_none() {
+                        warn!("cannot send a group: {e}; keeping it to resend");
+                        self.failed_since = Some(Instant::now());
+                    }
+                    break;
+                }
+            }
+        }
+        while self.queue.len() > OUTBOX_CAPACITY {
+            self.queue.pop_front();
+            summary.groups_lost += 1;
+            warn!(
+                "outbox over {OUTBOX_CAPACITY} groups while the trajectory API is unreachable: \
+                 dropped the oldest ({} lost so far)",
+                summary.groups_lost
+            );
+        }
+    }
+
+    /// Forgets the transport failure (after re-registering: try again at once).
+    pub(super) fn reset_failure(&mut self) {
+        self.failed_since = None;
+    }
+
+    /// Stops the sends still in flight and returns every undelivered group, oldest first.
+    pub(super) fn abandon(&mut self) -> Vec<ScoredDataGroup> {
+        self.sends.abort_all();
+        let mut groups: Vec<ScoredDataGroup> = self.queue.drain(..).collect();
+        groups.extend(self.in_flight.drain().map(|(_, g)| g));
+        groups
+    }
+}
+
+/// Where a serve run's undelivered groups are kept between runs of the same environment:
+/// `<dir>/<env name>/spool-*.jsonl`, bounded in bytes.
+#[derive(Debug, Clone)]
+pub struct Spool {
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+impl Spool {
+    /// The spool of environment `name` (its registered name) under `dir`
+    /// (`outbox_spool_dir`; `None` = `~/.local/state/hermes-env/outbox`).
+    pub fn new(dir: Option<&str>, name: &str, max_mb: i64) -> Self {
+        let base = match dir {
+            Some(d) => PathBuf::from(d),
+            None => std::env::var_os("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
+                .unwrap_or_else(std::env::temp_dir)
+                .join("hermes-env/outbox"),
+        };
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Spool {
+            dir: base.join(safe),
+            max_bytes: (max_mb.max(0) as u64).saturating_mul(1 << 20),
+        }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes the groups an earlier run spooled (oldest first) and removes their files.
+    pub fn take(&self) -> std::io::Result<Vec<ScoredDataGroup>> {
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("spool-") && n.ends_with(".jsonl"))
+                })
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        files.sort();
+        let mut groups = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file)?;
+            for (n, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                match serde_json::from_str(line) {
+                    Ok(g) => groups.push(g),
+                    Err(e) => warn!(
+                        "{}:{}: not a spooled group, skipped: {e}",
+                        file.display(),
+                        n + 1
+                    ),
+                }
+            }
+        }
+        for file in &files {
+            std::fs::remove_file(file)?;
+        }
+        Ok(groups)
+    }
+
+    /// Writes `groups` (oldest first) to a new spool file, keeping the newest that fit in
+    /// the byte limit; returns (kept, dropped) and the file.
+    pub fn save(&self, groups: &[ScoredDataGroup]) -> std::io::Result<(usize, usize, PathBuf)> {
+        let lines: Vec<Vec<u8>> = groups
+            .iter()
+            .map(|g| serde_json::to_vec(g).map_err(std::io::Error::other))
+            .collect::<Result<_, _>>()?;
+        let mut budget = self.max_bytes;
+        let mut keep_from = lines.len();
+        while keep_from > 0 && (lines[keep_from - 1].len() as u64 + 1) <= budget {
+            keep_from -= 1;
+            budget -= lines[keep_from].len() as u64 + 1;
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let path = self
+            .dir
+            .join(format!("spool-{stamp:015}-{}.jsonl", std::process::id()));
+        let partial = path.with_extension("partial");
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+        for line in &lines[keep_from..] {
+            out.write_all(line)?;
+            out.write_all(b"\n")?;
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&partial, &path)?;
+        Ok((lines.len() - keep_from, keep_from, path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(score: f64) -> ScoredDataGroup {
+        let mut g = ScoredDataGroup {
+            tokens: vec![vec![1, 2, 3]],
+            masks: vec![vec![-100, 2, 3]],
+            scores: vec![score],
+            ..Default::default()
+        };
+        g.fill_absent_nulls();
+        g
+    }
+
+    #[test]
+    fn spooled_groups_come_back_once_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::new(Some(dir.path().to_str().unwrap()), "my env/1", 1);
+        assert!(spool.dir().ends_with("my_env_1"));
+        assert!(spool.take().unwrap().is_empty());
+        let (kept, dropped, _) = spool.save(&[group(0.0), group(1.0)]).unwrap();
+        assert_eq!((kept, dropped), (2, 0));
+        let back = spool.take().unwrap();
+        assert_eq!(back, vec![group(0.0), group(1.0)]);
+        assert!(spool.take().unwrap().is_empty(), "taken groups are removed");
+    }
+
+    #[test]
+    fn the_spool_keeps_the_newest_groups_within_its_byte_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::new(Some(dir.path().to_str().unwrap()), "e", 1);
+        let one = serde_json::to_vec(&group(0.0)).unwrap().len() as u64 + 1;
+        spool.max_bytes = 2 * one;
+        let (kept, dropped, _) = spool.save(&[group(0.0), group(0.5), group(1.0)]).unwrap();
+        assert_eq!((kept, dropped), (2, 1));
+        assert_eq!(spool.take().unwrap(), vec![group(0.5), group(1.0)]);
+    }
+}

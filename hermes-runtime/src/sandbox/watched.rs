@@ -1,0 +1,65 @@
+//! A sandbox decorator that remembers the first infrastructure failure of a rollout's
+//! sandbox, whoever met it (a tool, the reward, the framework), so the rollout ends as a
+//! sandbox failure instead of a reward the model did not earn.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+
+use super::{ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+
+/// The first infrastructure failure seen, shared by a [`super::TaskSandbox`] and its sandbox.
+pub(crate) type FailureRecord = Arc<OnceLock<String>>;
+
+/// Passes every call to `inner` and records infrastructure errors in `failure`.
+pub(crate) struct Watched {
+    pub(crate) inner: Arc<dyn Sandbox>,
+    pub(crate) failure: FailureRecord,
+}
+
+impl Watched {
+    fn seen<T>(&self, result: Result<T, SandboxError>) -> Result<T, SandboxError> {
+        if let Err(e) = &result {
+            if e.is_infra() {
+                let _ = self.failure.set(e.to_string());
+            }
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Sandbox for Watched {
+    fn task_id(&self) -> &str {
+        self.inner.task_id()
+    }
+    fn workdir(&self) -> &str {
+        self.inner.workdir()
+    }
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.seen(self.inner.exec(request).await)
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        self.seen(self.inner.read_file(path).await)
+    }
+    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
+        self.seen(self.inner.write_file(path, bytes).await)
+    }
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.seen(self.inner.upload_file(local, remote).await)
+    }
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.seen(self.inner.upload_dir(local, remote).await)
+    }
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.seen(self.inner.download_file(remote, local).await)
+    }
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.seen(self.inner.download_dir(remote, local).await)
+    }
+    /// Teardown failures happen after the rollout's data is complete: not recorded.
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.inner.teardown().await
+    }
+}
