@@ -5,10 +5,14 @@
 //!
 //! ```text
 //! sandbox-images/build    # once: the python image, built offline from Debian packages
-//! cargo run --example swe_pytest -- process --testing true --env.terminal_backend docker
-//! cargo run --example swe_pytest -- process --env.terminal_backend docker \
+//! cargo run --example swe_pytest -- process --testing true
+//! cargo run --example swe_pytest -- process \
 //!     --openai.base_url URL --openai.model_name M --openai.server_type openai
 //! ```
+//!
+//! Its sandbox defaults to Docker (the image has python3 and pytest). With
+//! `--env.terminal_backend local` the host must have them too; where it does not, every
+//! rollout is a verifier failure ("reward command … could not run"), never a 0 for the model.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -106,6 +110,7 @@ fn pytest_counts(output: &str) -> Option<(u32, u32)> {
     group_size = 2,
     total_steps = 3,
     ensure_scores_are_not_same = false,
+    terminal_backend = "docker",
 )]
 pub struct SwePytest {
     /// Seconds pytest may run during verification.

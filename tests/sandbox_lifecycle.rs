@@ -368,7 +368,7 @@ fn a_panic_in_compute_reward_leaves_no_container() {
     assert_eq!(scores(&jsonl), Vec::<f64>::new());
     let failures = std::fs::read_to_string(dir.path().join("out.failures.jsonl")).unwrap();
     assert_eq!(failures.lines().count(), 1, "{failures}");
-    assert!(failures.contains("\"outcome\":\"verifier\""), "{failures}");
+    assert!(failures.contains("\"outcome\": \"verifier\""), "{failures}");
     let left = wait_until_no_containers(std::process::id(), Duration::from_secs(30));
     assert_eq!(left, Vec::<String>::new(), "containers left after a panic");
 }

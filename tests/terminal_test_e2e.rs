@@ -394,10 +394,13 @@ async fn own_config_fields_are_flags_with_help() {
     assert!(help.contains("[default: terminal-test]") || help.contains("--env.wandb_name"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigint_mid_run_removes_every_sandbox() {
+/// Starts a `process` run of two groups of two rollouts whose agent commands sleep for ever,
+/// waits until all four sandboxes exist, sends `signals` (in order, 300 ms apart), and
+/// returns the exit status with its output, after checking that no sandbox directory and no
+/// agent command outlived the run.
+async fn signal_mid_run(signals: &[i32], extra: &[&str]) -> std::process::Output {
     // A unique duration tells this test's agent commands apart from any other `sleep`.
-    let seconds = 100_000_000 + std::process::id() % 1_000_000;
+    let seconds = 100_000_000 + std::process::id() % 1_000_000 + signals.len() as u32;
     let command = format!("sleep {seconds}");
     let pattern = format!("^{command}$");
     let server = ScriptedServer::start(move |_: &Value| {
@@ -421,8 +424,10 @@ async fn sigint_mid_run_removes_every_sandbox() {
             "--openai.base_url",
         ])
         .arg(server.base_url())
+        .args(extra)
         .current_dir(tmp.path())
         .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -447,15 +452,16 @@ async fn sigint_mid_run_removes_every_sandbox() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(sandbox_dirs(), 4, "two groups of two rollouts are running");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // SAFETY: signalling the child we spawned.
-    unsafe { libc::kill(pid, libc::SIGINT) };
+    for &signal in signals {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // SAFETY: signalling the child we spawned.
+        unsafe { libc::kill(pid, signal) };
+    }
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .expect("exits promptly")
         .unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert_eq!(sandbox_dirs(), 0);
+    assert_eq!(sandbox_dirs(), 0, "{}", stderr(&out));
     let leftover = std::fs::read_dir(tmp.path())
         .unwrap()
         .flatten()
@@ -476,6 +482,34 @@ async fn sigint_mid_run_removes_every_sandbox() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(survivors(), "", "no agent command survives");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_sigint_cancels_at_once_and_removes_every_sandbox() {
+    // The grace period (30 s by default) would outlast the test's limit: only the second
+    // signal can end this run in time.
+    let out = signal_mid_run(&[libc::SIGINT, libc::SIGINT], &[]).await;
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("SIGINT again: cancelling in-flight work now"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_gracefully_after_the_grace_period() {
+    let out = signal_mid_run(&[libc::SIGTERM], &["--env.shutdown_grace", "1"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("SIGTERM: stopping"), "{err}");
+    assert!(err.contains("--env.shutdown_grace"), "{err}");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains("stopped   by a signal: no new items taken, 2 groups in flight cancelled"),
+        "{summary}"
+    );
 }
 
 /// Every JSONL line validates against `atroposlib.api.server.ScoredData` (atroposlib 0.4.0),

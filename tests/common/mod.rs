@@ -1,7 +1,9 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod atropos;
 pub mod docker;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -11,6 +11,8 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::de::IgnoredAny;
+
+use super::failures::{count_failures, failures_path};
 use serde::Deserialize;
 
 /// What a viewer contains.
@@ -215,13 +217,17 @@ const SCRIPT: &str = r##"
 /// `scores` are skipped, as upstream does; a length mismatch is cut to the shorter.
 pub fn render(
     title: &str,
+    notice: Option<&str>,
     input: impl BufRead,
     out: &mut impl Write,
 ) -> std::io::Result<ViewerStats> {
+    let notice = notice
+        .map(|n| format!("<p class=\"warn\" id=\"failures\">{}</p>", escape(n)))
+        .unwrap_or_default();
     write!(
         out,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n\
-         <header><h1>{t}</h1><div class=\"controls\">\
+         <header><h1>{t}</h1>{notice}<div class=\"controls\">\
          <label>Reward from <input id=\"min\" type=\"number\" step=\"any\" placeholder=\"min\"></label>\
          <label>to <input id=\"max\" type=\"number\" step=\"any\" placeholder=\"max\"></label>\
          <span id=\"count\"></span></div></header>\n<main id=\"groups\"></main>\
@@ -277,7 +283,20 @@ pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<V
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let stats = render(&title, input, &mut out)?;
+    let failures = failures_path(jsonl_path);
+    let notice = count_failures(&failures)
+        .filter(|c| c.total() > 0)
+        .map(|c| {
+            format!(
+                "{c} items not shown: their rollouts kept failing for reasons that are not the model's \
+                 (see {})",
+                failures
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            )
+        });
+    let stats = render(&title, notice.as_deref(), input, &mut out)?;
     out.flush()?;
     if stats.skipped > 0 {
         tracing::warn!(
@@ -305,7 +324,13 @@ mod tests {
         let line = r#"{"tokens": [[1], [2]], "masks": [[1], [2]], "scores": [0.5, 1.0, 3.0], "messages": [[{"role": "user", "content": "</script><b>hi</b>"}], [{"role": "user", "content": "x"}]]}"#;
         let input = format!("{line}\n{{\"tokens\": []}}\nnot json\n\n");
         let mut out = Vec::new();
-        let stats = render("t<1>", input.as_bytes(), &mut out).unwrap();
+        let stats = render(
+            "t<1>",
+            Some("2 (2 llm) items <not shown>"),
+            input.as_bytes(),
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(
             stats,
             ViewerStats {
@@ -316,6 +341,9 @@ mod tests {
         );
         let html = String::from_utf8(out).unwrap();
         assert!(html.contains("<title>t&lt;1&gt;</title>"));
+        assert!(
+            html.contains(r#"<p class="warn" id="failures">2 (2 llm) items &lt;not shown&gt;</p>"#)
+        );
         assert!(html.contains(r#"[[1,[0.5,1.0]]]"#), "{html}");
         assert!(html.contains(r"\u003c/script>\u003cb>hi\u003c/b>"));
         assert_eq!(
