@@ -1,8 +1,11 @@
 //! Snapshot tests of the example environments' prompts, tool schemas, tool calls and rewards,
 //! made with the testing kit (`hermes_env::testing::Kit`): each item runs through the whole
 //! pipeline (prompt → agent loop against the in-process scripted server → reward in a real
-//! local sandbox) in milliseconds, offline. Changing a prompt template or a reward makes
+//! sandbox: local, or Docker for swe_pytest, whose default backend it is) in milliseconds to
+//! seconds, offline. Changing a prompt template or a reward makes
 //! exactly the affected snapshot fail; review changes with `cargo insta review`.
+
+mod common;
 
 #[allow(dead_code)]
 #[path = "../examples/swe_pytest.rs"]
@@ -93,6 +96,10 @@ async fn terminal_test_partial_and_wrong_answers() {
 
 #[tokio::test]
 async fn swe_pytest_prompts_and_tools() {
+    // The example's default backend is Docker: its image has the pytest the verifier runs.
+    tokio::task::spawn_blocking(common::docker::require_docker)
+        .await
+        .unwrap();
     let mut kit = Kit::<SwePytest>::builder()
         .policy(Script::new([
             Reply::tool(
@@ -104,9 +111,14 @@ async fn swe_pytest_prompts_and_tools() {
         .start()
         .await
         .unwrap();
-    // A wrong solution scores 0 whether or not the host has pytest.
+    // A wrong solution passes only the hidden test for n = 0.
     let report = kit.run_next().await.unwrap();
-    assert_eq!(report.reward, 0.0);
+    assert_eq!(report.outcome, hermes_env::RewardOutcome::Scored);
+    assert!(
+        (report.reward - 1.0 / 3.0).abs() < 1e-9,
+        "{}",
+        report.reward
+    );
     let prompts: Vec<String> = kit
         .env()
         .eval_items()

@@ -241,6 +241,14 @@ async fn undelivered_groups_are_spooled_on_sigterm_and_the_next_start_delivers_t
         lines(&jsonl1) >= 4
     })
     .await;
+    // Then the API goes down altogether (status calls fail, the env tries to re-register)
+    // and the env is stopped.
+    proxy.block(&["/"]);
+    env.expect_line(
+        "re-registering with the trajectory API",
+        Duration::from_secs(30),
+    )
+    .await;
     sigterm(&env);
     let (stdout, err) = env.finish(Duration::from_secs(40)).await;
     let produced1 = lines(&jsonl1);

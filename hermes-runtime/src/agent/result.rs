@@ -9,8 +9,6 @@ use crate::llm::Message;
 pub struct AgentResult {
     /// The whole conversation, prompt included.
     pub messages: Vec<Message>,
-    /// Phase 2 managed-server state (token ids, masks, logprobs), when available.
-    pub managed_state: Option<serde_json::Value>,
     /// Number of LLM calls made.
     pub turns_used: u32,
     /// True iff the model ended with a message without tool calls.

@@ -174,6 +174,23 @@ pub async fn run_rollout_with<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
 ) -> ScoredRollout<<A::Env as Environment>::Item> {
+    run_attempt(env, rt, item, split, tools).await.rollout
+}
+
+/// One rollout attempt: the scored rollout and, in Phase 2, the exact token state of its
+/// conversation (what the trainer gets).
+struct Attempt<I> {
+    rollout: ScoredRollout<I>,
+    nodes: Option<NodeList>,
+}
+
+async fn run_attempt<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+    split: Split,
+    tools: &Arc<ToolSet>,
+) -> Attempt<<A::Env as Environment>::Item> {
     let task_id = uuid::Uuid::new_v4().to_string();
     let span = info_span!("rollout", task_id = %task_id);
     async {
@@ -208,10 +225,8 @@ pub async fn run_rollout_with<A: EnvAccess>(
                         tool_permits: &rt.tool_permits,
                         settings: &settings,
                     };
-                    let mut run = agent.run(messages).await;
-                    run.managed_state =
-                        Some(serde_json::to_value(session.nodes()).expect("nodes serialise"));
-                    run
+                    let run = agent.run(messages).await;
+                    (run, Some(session.nodes()))
                 }
                 _ => {
                     let agent = AgentLoop {
@@ -221,7 +236,7 @@ pub async fn run_rollout_with<A: EnvAccess>(
                         tool_permits: &rt.tool_permits,
                         settings: &settings,
                     };
-                    agent.run(messages).await
+                    (agent.run(messages).await, None)
                 }
             }
         };
@@ -233,13 +248,13 @@ pub async fn run_rollout_with<A: EnvAccess>(
         } else {
             Some(agent_run.await)
         };
-        let (run, reward, outcome) = match finished {
-            Some(run) => {
+        let (run, nodes, reward, outcome) = match finished {
+            Some((run, nodes)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
                     settle(&*env, rt, item, &run, &sandbox, tools).await
                 };
-                (run, reward, outcome)
+                (run, nodes, reward, outcome)
             }
             None => {
                 warn!("rollout stopped after rollout_timeout = {limit} s; scored 0.0");
@@ -248,7 +263,7 @@ pub async fn run_rollout_with<A: EnvAccess>(
                     llm_error: Some(format!("rollout timed out after {limit} s")),
                     ..Default::default()
                 };
-                (run, 0.0, RewardOutcome::Timeout { seconds: limit })
+                (run, None, 0.0, RewardOutcome::Timeout { seconds: limit })
             }
         };
         if sandbox.is_created() && sandbox.has_tool_state() {
@@ -261,12 +276,15 @@ pub async fn run_rollout_with<A: EnvAccess>(
         if let Err(e) = sandbox.close().await {
             warn!("sandbox teardown failed: {e}");
         }
-        ScoredRollout {
-            item: Arc::clone(item),
-            task_id: task_id.clone(),
-            run,
-            reward,
-            outcome,
+        Attempt {
+            rollout: ScoredRollout {
+                item: Arc::clone(item),
+                task_id: task_id.clone(),
+                run,
+                reward,
+                outcome,
+            },
+            nodes,
         }
     }
     .instrument(span)
@@ -357,14 +375,15 @@ async fn run_rollout_retrying<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
     abandon: &AtomicBool,
-) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
+) -> (Attempt<<A::Env as Environment>::Item>, FailureCounts) {
     let attempts = rt.config.max_rollout_retries.max(0) as usize + 1;
     let mut failures = FailureCounts::default();
     let mut attempt = 1;
     loop {
-        let rollout = run_rollout_with(env, rt, item, split, tools).await;
+        let run = run_attempt(env, rt, item, split, tools).await;
+        let rollout = &run.rollout;
         let Some(kind) = rollout.outcome.failure() else {
-            return (rollout, failures);
+            return (run, failures);
         };
         failures.add(kind);
         let message = rollout.outcome.failure_message().unwrap_or_default();
@@ -373,7 +392,7 @@ async fn run_rollout_retrying<A: EnvAccess>(
                 "rollout failed ({} failure) after {attempt} attempt(s), not trained on: {message}",
                 kind.as_str()
             );
-            return (rollout, failures);
+            return (run, failures);
         }
         warn!(
             "rollout failed ({} failure): {message}; re-running it (attempt {} of {attempts}, \
@@ -394,7 +413,9 @@ pub async fn run_rollout_with_retries<A: EnvAccess>(
     split: Split,
 ) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
     let tools = rt.group_tools();
-    run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false)).await
+    let (attempt, failures) =
+        run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false)).await;
+    (attempt.rollout, failures)
 }
 
 /// A group's item that could not be turned into training data: one of its rollouts kept
@@ -432,18 +453,20 @@ pub async fn collect_group<A: EnvAccess>(
     let tools = rt.group_tools();
     let abandon = AtomicBool::new(false);
     let slots = futures::future::join_all((0..size).map(|_| async {
-        let (rollout, failures) =
+        let (attempt, failures) =
             run_rollout_retrying(env, rt, &item, Split::Train, &tools, &abandon).await;
-        if !rollout.outcome.is_training_data() {
+        if !attempt.rollout.outcome.is_training_data() {
             abandon.store(true, Ordering::Relaxed);
         }
-        (rollout, failures)
+        (attempt, failures)
     }))
     .await;
     let mut failures = FailureCounts::default();
     let mut failed = None;
     let mut rollouts = Vec::with_capacity(size);
-    for (rollout, f) in slots {
+    let mut nodes = Vec::with_capacity(size);
+    for (Attempt { rollout, nodes: n }, f) in slots {
+        nodes.push(n);
         failures.merge(&f);
         if failed.is_none() && !rollout.outcome.is_training_data() {
             failed = Some(FailedItem {
@@ -459,8 +482,10 @@ pub async fn collect_group<A: EnvAccess>(
         None => {
             let items = rollouts
                 .iter()
-                .map(|r| {
-                    let (tokens, masks, inference_logprobs) = trainer_tokens(&rt.tokens, &r.run);
+                .zip(&nodes)
+                .map(|(r, nodes)| {
+                    let (tokens, masks, inference_logprobs) =
+                        trainer_tokens(&rt.tokens, &r.run, nodes.as_ref());
                     ScoredItem {
                         tokens,
                         masks,
@@ -483,10 +508,12 @@ pub async fn collect_group<A: EnvAccess>(
     }
 }
 
-/// Tokens, masks and (Phase 2) sampler logprobs of one finished rollout.
-pub fn trainer_tokens(
+/// Tokens, masks and (Phase 2, from the rollout's token state `nodes`) sampler logprobs of
+/// one finished rollout.
+fn trainer_tokens(
     source: &TokenSource,
     run: &AgentResult,
+    nodes: Option<&NodeList>,
 ) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
     match source {
         TokenSource::Placeholder => {
@@ -502,11 +529,7 @@ pub fn trainer_tokens(
             }
         },
         TokenSource::Managed(phase2) => {
-            let nodes: Option<NodeList> = run
-                .managed_state
-                .as_ref()
-                .and_then(|s| serde_json::from_value(s.clone()).ok());
-            if let Some(node) = nodes.as_ref().and_then(NodeList::last) {
+            if let Some(node) = nodes.and_then(NodeList::last) {
                 let tokens = node.tokens.iter().map(|&t| i64::from(t)).collect();
                 return (
                     tokens,

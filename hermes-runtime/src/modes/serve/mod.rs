@@ -602,10 +602,9 @@ impl<E: Environment> Loop<E> {
                 }
             }
         }
-        for mut r in run.rollouts {
+        for r in run.rollouts {
             self.rewards_since_log.0 += r.reward;
             self.rewards_since_log.1 += 1;
-            r.run.managed_state = None;
             if let Some((_, metrics)) = &mut self.wandb {
                 metrics.record_rollouts(vec![r]);
                 continue;
