@@ -192,12 +192,17 @@ impl Dataset {
 }
 
 /// Opens `split` of `name` for an environment that has built-in items to fall back on: the
-/// dataset's rows as `T`, or `None` after one warning saying why and that `fallback` is used.
+/// dataset's rows as `T`, or `None` after one line saying that `fallback` is used and why (at
+/// INFO when no dataset is configured, at WARN when it could not be had or read).
 pub async fn open_or_fallback<T: DeserializeOwned>(
-    name: &str,
+    name: Option<&str>,
     split: &str,
     fallback: &str,
 ) -> Option<Vec<T>> {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        tracing::info!("no dataset_name configured: using {fallback}");
+        return None;
+    };
     let loaded = match Dataset::open(name, split).await {
         Ok(dataset) if dataset.is_empty() => Err(format!("split '{split}' of {name} has no rows")),
         Ok(dataset) => dataset.items().map_err(|e| e.to_string()),

@@ -84,12 +84,32 @@ pub struct Listing {
 pub struct HubRepo {
     id: HubId,
     settings: HubSettings,
+    fetch_files: Vec<String>,
 }
 
 impl HubRepo {
     /// A handle on `id` with `settings` (normally [`HubSettings::from_env`]).
     pub fn new(id: HubId, settings: HubSettings) -> Self {
-        HubRepo { id, settings }
+        HubRepo {
+            id,
+            settings,
+            fetch_files: Vec::new(),
+        }
+    }
+
+    /// Names `files` (instead of the one missing file) in the `hf download` command of error
+    /// messages, for callers that need a set of files, like a tokenizer's.
+    pub fn fetching(mut self, files: &[&str]) -> Self {
+        self.fetch_files = files.iter().map(|f| f.to_string()).collect();
+        self
+    }
+
+    fn command(&self, file: &str) -> String {
+        if !self.fetch_files.is_empty() {
+            let files: Vec<&str> = self.fetch_files.iter().map(String::as_str).collect();
+            return self.id.download_command(&files);
+        }
+        self.id.download_command(&[file])
     }
 
     /// The repository id.
@@ -147,7 +167,7 @@ impl HubRepo {
                 id: self.id.clone(),
                 file: file.to_owned(),
                 cache: self.settings.cache_dir.clone(),
-                command: self.id.download_command(&[file]),
+                command: self.command(file),
             });
         }
         self.download(file).await

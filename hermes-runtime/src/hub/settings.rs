@@ -82,6 +82,16 @@ impl HubSettings {
         }
     }
 
+    /// Explicit settings, for code that must not depend on the process environment.
+    pub fn new(cache_dir: PathBuf, endpoint: &str, token: Option<String>, offline: bool) -> Self {
+        HubSettings {
+            cache_dir,
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            offline,
+            token,
+        }
+    }
+
     /// The access token sent as `Authorization: Bearer …` (never logged).
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()

@@ -191,7 +191,7 @@ impl ChatTokenizer {
         }
         let id = HubId::parse(RepoKind::Model, name)
             .ok_or_else(|| TokenizerError::NotFound(name.to_owned()))?;
-        Self::from_hub(HubRepo::new(id, hub.clone())).await
+        Self::from_hub(HubRepo::new(id, hub.clone()).fetching(&TOKENIZER_FILES)).await
     }
 
     /// Loads `tokenizer.json`, `tokenizer_config.json` and (when the repository has one)
