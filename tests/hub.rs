@@ -302,7 +302,10 @@ fn assert_real_tokens(run: &Run, repo: &str, rendered: bool) {
         if rendered {
             assert_eq!(text, &template.render(chat, None, false).unwrap());
         } else {
-            assert!(text.starts_with("<|im_start|>system\n") && text.ends_with("<|im_end|>"), "{text}");
+            assert!(
+                text.starts_with("<|im_start|>system\n") && text.ends_with("<|im_end|>"),
+                "{text}"
+            );
         }
         for m in chat {
             if let Some(content) = m["content"].as_str().filter(|c| !c.is_empty()) {
@@ -326,6 +329,13 @@ fn assert_real_tokens(run: &Run, repo: &str, rendered: bool) {
 #[test]
 fn process_with_a_hub_tokenizer_id_writes_real_tokens_offline() {
     let run = offline("terminal_test", &["--env.tokenizer_name", TINY]);
+    assert_real_tokens(&run, TINY, true);
+}
+
+#[test]
+fn a_commit_revision_reads_its_snapshot_directly() {
+    let pinned = format!("{TINY}@{}", "a".repeat(40));
+    let run = offline("terminal_test", &["--env.tokenizer_name", &pinned]);
     assert_real_tokens(&run, TINY, true);
 }
 
@@ -584,6 +594,45 @@ fn datasets_download_through_the_parquet_revision_with_the_token_file() {
     assert!(seen
         .iter()
         .all(|s| s.authorization.as_deref() == Some(format!("Bearer {TOKEN}").as_str())));
+}
+
+#[test]
+fn xdg_cache_home_and_hf_token_path_are_honoured() {
+    let hub = FakeHub::start(repos(), Some(TOKEN));
+    let xdg = tempfile::tempdir().unwrap();
+    let token_file = xdg.path().join("my-token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(common::example_bin("terminal_test"))
+        .args(["process", "--testing", "true", "--env.use_wandb", "false"])
+        .args(["--env.total_steps", "1", "--env.group_size", "1"])
+        .args(["--env.tokenizer_name", TINY])
+        .args(["--env.data_path_to_save_groups", "out.jsonl"])
+        .env_remove("HF_HUB_CACHE")
+        .env_remove("HF_HOME")
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HUB_OFFLINE")
+        .env("XDG_CACHE_HOME", xdg.path())
+        .env("HF_TOKEN_PATH", &token_file)
+        .env("HF_ENDPOINT", &hub.url)
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folder = xdg
+        .path()
+        .join("huggingface/hub/models--hermes-test--tiny-bpe");
+    assert!(
+        folder.join("refs/main").is_file(),
+        "no cache under XDG_CACHE_HOME"
+    );
+    let groups = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+    assert!(groups.contains("\"group_overrides\": {}"), "{groups}");
 }
 
 #[tokio::test]
