@@ -25,7 +25,7 @@ pub enum HubError {
     )]
     NotCached {
         /// The repository.
-        id: HubId,
+        id: Box<HubId>,
         /// The missing file (or "the revision" for a listing).
         file: String,
         /// The cache directory searched.
@@ -37,7 +37,7 @@ pub enum HubError {
     #[error("{id}: the repository has no file {file}")]
     NotFound {
         /// The repository.
-        id: HubId,
+        id: Box<HubId>,
         /// The file.
         file: String,
     },
@@ -48,7 +48,7 @@ pub enum HubError {
     )]
     Download {
         /// The repository.
-        id: HubId,
+        id: Box<HubId>,
         /// The file (or "the file list").
         file: String,
         /// The hub endpoint.
@@ -164,7 +164,7 @@ impl HubRepo {
         }
         if self.settings.offline {
             return Err(HubError::NotCached {
-                id: self.id.clone(),
+                id: Box::new(self.id.clone()),
                 file: file.to_owned(),
                 cache: self.settings.cache_dir.clone(),
                 command: self.command(file),
@@ -175,7 +175,7 @@ impl HubRepo {
 
     fn not_found(&self, file: &str) -> HubError {
         HubError::NotFound {
-            id: self.id.clone(),
+            id: Box::new(self.id.clone()),
             file: file.to_owned(),
         }
     }
@@ -212,7 +212,7 @@ impl HubRepo {
             vec![file]
         };
         HubError::Download {
-            id: self.id.clone(),
+            id: Box::new(self.id.clone()),
             file: file.to_owned(),
             endpoint: self.settings.endpoint.clone(),
             reason,
@@ -267,7 +267,7 @@ impl HubRepo {
         }
         if self.settings.offline {
             return Err(HubError::NotCached {
-                id: self.id.clone(),
+                id: Box::new(self.id.clone()),
                 file: "the revision".into(),
                 cache: self.settings.cache_dir.clone(),
                 command: self.id.download_command(&[]),
