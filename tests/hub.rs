@@ -64,13 +64,10 @@ fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn revision(commit: char, files: &[(&str, Vec<u8>)]) -> Revision {
+fn revision(commit: char, files: &[(String, Vec<u8>)]) -> Revision {
     Revision {
         commit: std::iter::repeat_n(commit, 40).collect(),
-        files: files
-            .iter()
-            .map(|(name, content)| (name.to_string(), content.clone()))
-            .collect(),
+        files: files.iter().cloned().collect(),
     }
 }
 
@@ -78,14 +75,14 @@ fn revision(commit: char, files: &[(&str, Vec<u8>)]) -> Revision {
 /// only in the auto-converted parquet revision, and a dataset with hub-named split files.
 fn repos() -> Repos {
     let src = sources();
-    let tok = |dir: &str, names: &[&str]| -> Vec<(String, Vec<u8>)> {
+    let files = |dir: &str, names: &[&str]| -> Vec<(String, Vec<u8>)> {
         names
             .iter()
             .map(|n| (n.to_string(), read(&src.join(dir).join(n))))
             .collect()
     };
-    let plain = tok("tokenizer", &["tokenizer.json", "tokenizer_config.json"]);
-    let jinja = tok(
+    let plain = files("tokenizer", &["tokenizer.json", "tokenizer_config.json"]);
+    let jinja = files(
         "tokenizer-jinja",
         &[
             "tokenizer.json",
@@ -93,53 +90,44 @@ fn repos() -> Repos {
             "chat_template.jinja",
         ],
     );
-    let as_refs = |files: &[(String, Vec<u8>)]| -> Vec<(String, Vec<u8>)> { files.to_vec() };
-    let mut repos: Repos = BTreeMap::new();
-    let model =
-        |repo: &str, rev: Revision| (("".to_owned(), repo.to_owned(), "main".to_owned()), rev);
-    let to_rev = |c: char, files: Vec<(String, Vec<u8>)>| {
-        let borrowed: Vec<(&str, Vec<u8>)> =
-            files.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
-        revision(c, &borrowed)
-    };
-    repos.extend([
-        model(TINY, to_rev('a', as_refs(&plain))),
-        model(DEFAULT_TOKENIZER, to_rev('b', as_refs(&plain))),
-        model(TINY_JINJA, to_rev('c', as_refs(&jinja))),
-    ]);
+    let model = |repo: &str| ("".to_owned(), repo.to_owned(), "main".to_owned());
     let dataset = |repo: &str, rev: &str| ("datasets/".to_owned(), repo.to_owned(), rev.to_owned());
-    repos.insert(
-        dataset(FRAMES, "main"),
-        revision('d', &[("README.md", b"# FRAMES fixture\n".to_vec())]),
-    );
-    repos.insert(
-        dataset(FRAMES, "refs/convert/parquet"),
-        revision(
-            'e',
-            &[(
-                "default/test/0000.parquet",
-                read(&src.join("frames.parquet")),
-            )],
+    Repos::from([
+        (model(TINY), revision('a', &plain)),
+        (model(DEFAULT_TOKENIZER), revision('b', &plain)),
+        (model(TINY_JINJA), revision('c', &jinja)),
+        (
+            dataset(FRAMES, "main"),
+            revision('d', &[("README.md".into(), b"# FRAMES fixture\n".to_vec())]),
         ),
-    );
-    repos.insert(
-        dataset(QA, "main"),
-        revision(
-            'f',
-            &[
-                ("README.md", b"# qa\n".to_vec()),
-                (
-                    "data/train-00000-of-00001.parquet",
-                    read(&src.join("qa-train.parquet")),
-                ),
-                (
-                    "data/test-00000-of-00001.parquet",
-                    read(&src.join("qa-test.parquet")),
-                ),
-            ],
+        (
+            dataset(FRAMES, "refs/convert/parquet"),
+            revision(
+                'e',
+                &[(
+                    "default/test/0000.parquet".into(),
+                    read(&src.join("frames.parquet")),
+                )],
+            ),
         ),
-    );
-    repos
+        (
+            dataset(QA, "main"),
+            revision(
+                'f',
+                &[
+                    ("README.md".into(), b"# qa\n".to_vec()),
+                    (
+                        "data/train-00000-of-00001.parquet".into(),
+                        read(&src.join("qa-train.parquet")),
+                    ),
+                    (
+                        "data/test-00000-of-00001.parquet".into(),
+                        read(&src.join("qa-test.parquet")),
+                    ),
+                ],
+            ),
+        ),
+    ])
 }
 
 /// A hub cache populated by huggingface_hub's `hf_hub_download` from the fake hub, built once.
@@ -470,6 +458,57 @@ fn a_missing_tokenizer_offline_names_the_download_command() {
         "{warning}"
     );
     assert_eq!(run.groups[0]["group_overrides"]["placeholder_tokens"], true);
+}
+
+#[test]
+fn unreachable_or_refusing_hubs_are_one_line_errors_with_the_command() {
+    let empty = tempfile::tempdir().unwrap();
+    let cache = empty.path().join("hub");
+    let phase2 = [
+        "--openai.server_type",
+        "vllm",
+        "--testing",
+        "false",
+        "--openai.base_url",
+        "http://127.0.0.1:9/v1",
+        "--env.tokenizer_name",
+        TINY,
+    ];
+    let command = format!("`hf download {TINY} tokenizer.json tokenizer_config.json`");
+    // Nothing listens on port 9.
+    let run = process(
+        "terminal_test",
+        &phase2,
+        &cache,
+        &[("HF_ENDPOINT", "http://127.0.0.1:9")],
+    );
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(!run.ok);
+    assert!(
+        last.starts_with(&format!(
+            "error: tokenizer: {TINY}: cannot fetch tokenizer.json from http://127.0.0.1:9: "
+        )) && last.contains(&command)
+            && last.contains("HF_HUB_OFFLINE=1"),
+        "{}",
+        run.stderr
+    );
+    // A hub that wants a token the run does not have.
+    let hub = FakeHub::start(repos(), Some(TOKEN));
+    let run = process(
+        "terminal_test",
+        &phase2,
+        &cache,
+        &[("HF_ENDPOINT", &hub.url)],
+    );
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(!run.ok);
+    assert!(
+        last.contains("access denied")
+            && last.contains("needs HF_TOKEN")
+            && last.contains(&command),
+        "{}",
+        run.stderr
+    );
 }
 
 /// The (relative path → symlink target or content) tree of a repository's cache folder.

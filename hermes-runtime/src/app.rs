@@ -298,12 +298,12 @@ pub async fn execute<E: Environment>(mut cfg: ResolvedConfig) -> anyhow::Result<
         if cfg.mode == Mode::Serve && !cfg.env.allow_placeholder_tokens {
             bail!(
                 "serve needs trainable tokens: use --openai.server_type vllm|sglang (Phase 2), or give a \
-                 local tokenizer with --env.tokenizer_name DIR to re-tokenize Phase 1 chats; \
+                 tokenizer that can be loaded (--env.tokenizer_name DIR or a cached hub id) to re-tokenize Phase 1 chats; \
                  --env.allow_placeholder_tokens true sends Phase 1 placeholder tokens anyway"
             );
         }
         if cfg.mode != Mode::Evaluate {
-            warn!("Phase 1 (chat completions) without a local tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
+            warn!("Phase 1 (chat completions) without a tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
         }
     }
     let llm = LlmClient::new(

@@ -15,10 +15,10 @@
 //! }
 //!
 //! let cfg = self.env_config();
-//! let mut items: Vec<Question> = match cfg.dataset_name.as_deref() {
-//!     Some(name) => Dataset::open(name, &cfg.dataset_split).await?.items()?,
-//!     None => builtin_questions(),
-//! };
+//! let mut items: Vec<Question> =
+//!     data::open_or_fallback(cfg.dataset_name.as_deref(), &cfg.dataset_split, "the built-in questions")
+//!         .await
+//!         .unwrap_or_else(builtin_questions);
 //! data::shuffle(&mut items, 42);
 //! let n_eval = data::eval_size(items.len(), 20, 0.1);
 //! let (train, eval) = data::split_eval(items, n_eval);

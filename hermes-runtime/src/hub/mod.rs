@@ -202,21 +202,22 @@ impl HubRepo {
     fn download_error(&self, file: &str, e: &hf_hub::api::tokio::ApiError) -> HubError {
         let reason = match status_of(e) {
             Some(401 | 403) => format!(
-                "access denied ({e}); a gated or private repository needs HF_TOKEN or `hf auth login`"
+                "access denied ({}); a gated or private repository needs HF_TOKEN or `hf auth login`",
+                chain(e)
             ),
-            _ => e.to_string(),
+            _ => chain(e),
         };
-        let files: Vec<&str> = if file.contains(' ') {
-            vec![]
+        let command = if file.contains(' ') {
+            self.id.download_command(&[])
         } else {
-            vec![file]
+            self.command(file)
         };
         HubError::Download {
             id: Box::new(self.id.clone()),
             file: file.to_owned(),
             endpoint: self.settings.endpoint.clone(),
             reason,
-            command: self.id.download_command(&files),
+            command,
         }
     }
 
@@ -293,6 +294,21 @@ impl HubRepo {
             from_cache: false,
         })
     }
+}
+
+/// The error with its causes (`error sending request: dns error: …`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn status_of(e: &hf_hub::api::tokio::ApiError) -> Option<u16> {

@@ -1,6 +1,7 @@
 //! A Hugging Face tokenizer (`tokenizer.json`, through the `tokenizers` crate) with its chat
-//! template (`tokenizer_config.json` or `chat_template.jinja`, rendered with minijinja the way
-//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods).
+//! template (`chat_template.jinja` or `tokenizer_config.json`, rendered with minijinja the way
+//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods), from a
+//! local directory or a hub id through the Hugging Face cache ([`crate::hub`]).
 
 use std::path::{Path, PathBuf};
 
