@@ -446,8 +446,14 @@ fn a_missing_tokenizer_offline_names_the_download_command() {
         "{}",
         run.stderr
     );
-    // Phase 1: one warning with the command, then placeholder tokens.
-    let run = process("terminal_test", &[], &cache, &[("HF_HUB_OFFLINE", "1")]);
+    // Phase 1: one warning with the command, then placeholder tokens (TRANSFORMERS_OFFLINE
+    // means offline too, as in huggingface_hub).
+    let run = process(
+        "terminal_test",
+        &[],
+        &cache,
+        &[("TRANSFORMERS_OFFLINE", "1")],
+    );
     assert!(run.ok, "{}", run.stderr);
     let warning = run
         .stderr
@@ -822,4 +828,42 @@ async fn phase_2_serve_sends_real_tokens_from_a_hub_tokenizer() {
         groups,
     };
     assert_real_tokens(&run, TINY, false);
+}
+
+#[test]
+fn a_cached_revision_is_used_online_without_fetching_it_again() {
+    let copy = tempfile::tempdir().unwrap();
+    let cache = copy.path().join("hub");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(python_cache())
+        .arg(&cache)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp -a of the fixture cache");
+    let hub = FakeHub::start(repos(), None);
+    let run = process(
+        "terminal_test",
+        &["--env.tokenizer_name", TINY],
+        &cache,
+        &[("HF_ENDPOINT", &hub.url)],
+    );
+    assert!(run.ok, "{}", run.stderr);
+    assert_eq!(run.groups[0]["group_overrides"], serde_json::json!({}));
+    // Only the optional chat_template.jinja, absent from the snapshot, is asked for; its 404
+    // is recorded so the next run asks nothing.
+    let paths: Vec<String> = hub.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths, [format!("/{TINY}/resolve/main/chat_template.jinja")]);
+    let again = process(
+        "terminal_test",
+        &["--env.tokenizer_name", TINY],
+        &cache,
+        &[("HF_ENDPOINT", &hub.url)],
+    );
+    assert!(again.ok, "{}", again.stderr);
+    assert_eq!(
+        hub.seen().len(),
+        1,
+        "the .no_exist marker saved the request"
+    );
 }

@@ -15,7 +15,7 @@ pub struct HubSettings {
     pub cache_dir: PathBuf,
     /// The hub's base URL (`HF_ENDPOINT`, default `https://huggingface.co`).
     pub endpoint: String,
-    /// `HF_HUB_OFFLINE`: use the cache only, never the network.
+    /// `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`): use the cache only, never the network.
     pub offline: bool,
     token: Option<String>,
 }
@@ -50,7 +50,8 @@ impl HubSettings {
     /// Settings from the environment, resolved the way huggingface_hub resolves them: cache
     /// `HF_HUB_CACHE` → `HF_HOME/hub` → `$XDG_CACHE_HOME/huggingface/hub` →
     /// `~/.cache/huggingface/hub`; token `HF_TOKEN` → `HF_TOKEN_PATH` → `HF_HOME/token`
-    /// (written by `hf auth login`); `HF_ENDPOINT`; `HF_HUB_OFFLINE`.
+    /// (written by `hf auth login`); `HF_ENDPOINT`; `HF_HUB_OFFLINE` (else
+    /// `TRANSFORMERS_OFFLINE`).
     pub fn from_env() -> Self {
         let home = var("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
             var("XDG_CACHE_HOME")
@@ -77,7 +78,7 @@ impl HubSettings {
                 .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned())
                 .trim_end_matches('/')
                 .to_owned(),
-            offline: truthy(var("HF_HUB_OFFLINE")),
+            offline: truthy(var("HF_HUB_OFFLINE").or_else(|| var("TRANSFORMERS_OFFLINE"))),
             token,
         }
     }
