@@ -170,6 +170,7 @@ fn python_env(mut cmd: Command, cache: &Path) -> Command {
         "HUGGING_FACE_HUB_TOKEN",
         "HF_ENDPOINT",
         "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
         "HF_TOKEN_PATH",
     ] {
         cmd.env_remove(var);
