@@ -2,11 +2,14 @@
 //! (`web_search`, `web_extract`), scored by an LLM judge through the run's own inference
 //! server plus tool-use, efficiency and source-diversity terms.
 //!
-//! * Data: a local JSONL file (`--env.dataset_path`, rows with `Prompt`/`prompt`/`question`,
-//!   `Answer`/`answer` and optional `reasoning_types`, e.g. an export of
-//!   `google/frames-benchmark`), shuffled with `--env.seed`; the eval hold-out is
-//!   `max(eval_holdout_size, n × eval_split_ratio)`, capped so one training row remains.
-//!   Without a file, 10 built-in multi-hop questions split 80/20.
+//! * Data: `--env.dataset_name` (default `google/frames-benchmark`, as upstream) split
+//!   `--env.dataset_split` (default `test`): a hub dataset id read from the Hugging Face cache
+//!   or downloaded into it, or a local JSONL/JSON/CSV/TSV/parquet file or directory, with rows
+//!   `Prompt`/`prompt`/`question`, `Answer`/`answer` and optional `reasoning_types`. It is
+//!   shuffled with `--env.seed`; the eval hold-out is `max(eval_holdout_size, n ×
+//!   eval_split_ratio)`, capped so one training row remains. When the dataset cannot be had
+//!   (offline and not cached, say) a warning says so and 10 built-in multi-hop questions are
+//!   used, split 80/20; `--env.dataset_name none` picks them without trying.
 //! * Reward = clamp₀¹(correctness_weight·correctness + tool_usage_weight·tool_used +
 //!   efficiency_weight·efficiency + diversity). Correctness is the judge's JSON
 //!   `{"score": 0..1}` (temperature 0, 150 tokens), or a word-overlap heuristic when the judge
@@ -17,23 +20,27 @@
 //! ```text
 //! cargo run --example web_research -- process --testing true --env.total_steps 4
 //! cargo run --example web_research -- check
-//! cargo run --example web_research -- evaluate --env.dataset_path frames.jsonl \
+//! cargo run --example web_research -- evaluate --env.dataset_name frames.jsonl \
 //!     --openai.base_url URL --openai.model_name M --openai.server_type openai
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
+use hermes_env::data;
 use hermes_env::prelude::*;
 
-/// One question with its reference answer.
-#[derive(Debug, Clone, Serialize)]
+/// One question with its reference answer; the aliases read FRAMES' column names.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Question {
     /// The question.
+    #[serde(alias = "Prompt", alias = "prompt")]
     pub question: String,
     /// The expected answer.
+    #[serde(alias = "Answer", deserialize_with = "data::text")]
     pub answer: String,
     /// FRAMES reasoning types (e.g. "Numerical reasoning | Temporal reasoning"), if known.
+    #[serde(default, deserialize_with = "data::text")]
     pub reasoning_types: String,
 }
 
@@ -59,60 +66,6 @@ fn builtin_questions() -> Vec<Question> {
         q("How many sides does the shape of the building housing the US Department of Defense have?", "Five sides; the Pentagon is a pentagon", "Numerical reasoning"),
         q("Which language, other than English, is an official language of the country whose largest city is Auckland?", "Māori (te reo Māori) in New Zealand", "Multiple constraints"),
     ]
-}
-
-/// Reads a JSONL dataset (blank lines skipped); rows without a question or answer are errors.
-fn load_dataset(path: &str) -> Result<Vec<Question>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
-    let field = |row: &serde_json::Value, names: &[&str]| {
-        names
-            .iter()
-            .find_map(|n| row.get(*n))
-            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-    };
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("{path} line {}", i + 1))?;
-        let (Some(question), Some(answer)) = (
-            field(&row, &["Prompt", "prompt", "question"]),
-            field(&row, &["Answer", "answer"]),
-        ) else {
-            bail!("{path} line {}: needs a prompt and an answer", i + 1);
-        };
-        let reasoning_types = field(&row, &["reasoning_types"]).unwrap_or_default();
-        rows.push(Question {
-            question,
-            answer,
-            reasoning_types,
-        });
-    }
-    Ok(rows)
-}
-
-/// Deterministic Fisher–Yates shuffle (splitmix64), so a seed always gives the same split.
-fn shuffle<T>(items: &mut [T], seed: u64) {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    for i in (1..items.len()).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        items.swap(i, j);
-    }
-}
-
-/// Size of the eval hold-out: `max(min_size, n × ratio)`, leaving at least one training row.
-fn eval_count(n: usize, min_size: usize, ratio: f64) -> usize {
-    let by_ratio = (n as f64 * ratio.max(0.0)) as usize;
-    min_size.max(by_ratio).min(n.saturating_sub(1))
 }
 
 const STOPWORDS: &[&str] = &[
@@ -207,6 +160,8 @@ fn tool_call_names(run: &AgentResult) -> Vec<&str> {
     name = "web-research",
     toolsets = ["web", "file"],
     web_backend = "fake",
+    dataset_name = "google/frames-benchmark",
+    dataset_split = "test",
     max_agent_turns = 15,
     group_size = 4,
     total_steps = 1000,
@@ -237,7 +192,8 @@ pub struct WebResearch {
     /// Fraction of a dataset file held out for evaluation, if larger.
     #[config(default = 0.1)]
     eval_split_ratio: f64,
-    /// JSONL dataset (`Prompt`, `Answer`, `reasoning_types`); empty = the built-in questions.
+    /// A local dataset file (`Prompt`, `Answer`, `reasoning_types`); when set it wins over
+    /// `dataset_name`, and a file that cannot be read stops the run.
     #[config(default = "")]
     dataset_path: String,
     /// Seed of the shuffle before the train/eval split.
@@ -301,6 +257,21 @@ impl WebResearch {
         book.get(&self.key(item, run)).copied().unwrap_or(0.0)
     }
 
+    /// The questions of `dataset_path` (errors stop the run), else of `dataset_name` (errors
+    /// fall back to the built-in questions with a warning), else `None`.
+    async fn dataset_rows(&self) -> Result<Option<Vec<Question>>> {
+        let cfg = self.env_config();
+        if !self.dataset_path.is_empty() {
+            let dataset = data::Dataset::open(&self.dataset_path, &cfg.dataset_split).await?;
+            if dataset.is_empty() {
+                bail!("the dataset {} has no rows", self.dataset_path);
+            }
+            return Ok(Some(dataset.items()?));
+        }
+        let fallback = "the 10 built-in questions";
+        Ok(data::open_or_fallback(cfg.dataset_name.as_deref(), &cfg.dataset_split, fallback).await)
+    }
+
     async fn judge(&self, item: &Question, answer: &str, ctx: &ToolContext) -> f64 {
         if answer.trim().is_empty() {
             return 0.0;
@@ -330,26 +301,20 @@ impl WebResearch {
 #[hermes_env::hooks]
 impl WebResearch {
     async fn setup(&mut self) -> Result<()> {
-        let (mut rows, builtin) = if self.dataset_path.is_empty() {
-            (builtin_questions(), true)
-        } else {
-            (load_dataset(&self.dataset_path)?, false)
+        let (mut rows, n_eval) = match self.dataset_rows().await? {
+            Some(rows) => {
+                let min = self.eval_holdout_size.max(0) as usize;
+                let n_eval = data::eval_size(rows.len(), min, self.eval_split_ratio);
+                (rows, n_eval)
+            }
+            None => {
+                let rows = builtin_questions();
+                let n_eval = rows.len() / 5;
+                (rows, n_eval)
+            }
         };
-        if rows.is_empty() {
-            bail!("the dataset {} has no rows", self.dataset_path);
-        }
-        shuffle(&mut rows, self.seed as u64);
-        let n_eval = if builtin {
-            rows.len() / 5
-        } else {
-            eval_count(
-                rows.len(),
-                self.eval_holdout_size.max(0) as usize,
-                self.eval_split_ratio,
-            )
-        };
-        self.eval = rows.split_off(rows.len() - n_eval);
-        self.train = rows;
+        data::shuffle(&mut rows, self.seed as u64);
+        (self.train, self.eval) = data::split_eval(rows, n_eval);
         Ok(())
     }
 
@@ -507,15 +472,17 @@ mod tests {
     }
 
     #[test]
-    fn splits_are_seeded_and_bounded() {
-        let mut a: Vec<u32> = (0..50).collect();
-        let mut b = a.clone();
-        shuffle(&mut a, 7);
-        shuffle(&mut b, 7);
-        assert_eq!(a, b);
-        assert_ne!(a, (0..50).collect::<Vec<_>>());
-        assert_eq!(eval_count(500, 20, 0.1), 50);
-        assert_eq!(eval_count(100, 20, 0.1), 20);
-        assert_eq!(eval_count(10, 20, 0.1), 9);
+    fn frames_rows_deserialize_through_the_aliases() {
+        let row = json!({"Unnamed: 0": 3, "Prompt": "Q?", "Answer": 1990, "reasoning_types": "Numerical reasoning"});
+        let rows = vec![row.as_object().unwrap().clone()];
+        let items: Vec<Question> = data::Dataset::from_rows(rows, "frames").items().unwrap();
+        assert_eq!(
+            (
+                items[0].question.as_str(),
+                items[0].answer.as_str(),
+                items[0].reasoning_types.as_str()
+            ),
+            ("Q?", "1990", "Numerical reasoning")
+        );
     }
 }

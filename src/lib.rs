@@ -37,8 +37,8 @@ pub use hermes_runtime::llm::Message;
 pub use hermes_runtime::sandbox::SandboxSpec;
 pub use hermes_runtime::schemars;
 pub use hermes_runtime::{
-    agent, app, atropos, commands, config, context, env, llm, modes, parsers, progress, sandbox,
-    shutdown, testing, tools, wandb,
+    agent, app, atropos, commands, config, context, data, env, hub, llm, modes, parsers, progress,
+    sandbox, shutdown, testing, tools, wandb,
 };
 
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.

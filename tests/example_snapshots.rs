@@ -135,7 +135,11 @@ async fn swe_pytest_prompts_and_tools() {
 
 #[tokio::test]
 async fn web_research_reference_solutions() {
-    let mut kit = Kit::<WebResearch>::builder().start().await.unwrap();
+    let mut kit = Kit::<WebResearch>::builder()
+        .arg("--env.dataset_name", "none")
+        .start()
+        .await
+        .unwrap();
     let value = summaries(&mut kit, 2).await;
     assert_eq!(
         value["eval"].as_array().unwrap().len(),
@@ -154,6 +158,7 @@ async fn web_research_judge_scores_through_the_run_server() {
         Reply::text("```json\n{\"score\": 0.5, \"reason\": \"half right\"}\n```"),
     ]);
     let mut kit = Kit::<WebResearch>::builder()
+        .arg("--env.dataset_name", "none")
         .policy(script)
         .start()
         .await

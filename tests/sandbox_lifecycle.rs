@@ -184,11 +184,14 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     let mut child = spawn_long_run(dir.path());
     let pid = child.id();
     wait_for_a_container(pid, &mut child);
+    // The first SIGINT stops gracefully (30 s of grace by default); the second, as a user
+    // pressing Ctrl-C again would, cancels at once. Signals that arrive before the listener
+    // runs again coalesce (as signals do), so the second comes a moment later.
     signal(pid, libc::SIGINT);
-    std::thread::sleep(Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(500));
     signal(pid, libc::SIGINT);
     let status = wait_bounded(child, Duration::from_secs(90));
-    assert_eq!(status.code(), Some(130), "interrupted runs exit with 130");
+    assert_eq!(status.code(), Some(130), "runs cancelled by a second signal exit with 130");
     assert_eq!(
         containers_of(pid),
         Vec::<String>::new(),
@@ -367,8 +370,11 @@ fn a_panic_in_compute_reward_leaves_no_container() {
     // failures file.
     assert_eq!(scores(&jsonl), Vec::<f64>::new());
     let failures = std::fs::read_to_string(dir.path().join("out.failures.jsonl")).unwrap();
-    assert_eq!(failures.lines().count(), 1, "{failures}");
-    assert!(failures.contains("\"outcome\": \"verifier\""), "{failures}");
+    assert!(failures.lines().count() >= 1, "{failures}");
+    for line in failures.lines() {
+        assert!(line.contains("\"outcome\": \"verifier\""), "{line}");
+        assert!(line.contains("\"attempts\": 3"), "{line}");
+    }
     let left = wait_until_no_containers(std::process::id(), Duration::from_secs(30));
     assert_eq!(left, Vec::<String>::new(), "containers left after a panic");
 }

@@ -174,7 +174,7 @@ async fn serve_feeds_a_real_atropos_trainer_pauses_and_stops_at_total_steps() {
         .await;
     let (out, err) = env.finish(Duration::from_secs(120)).await;
     assert!(
-        out.contains("serve: stopped at trainer step 3"),
+        out.contains("serve stopped at total_steps at trainer step 3"),
         "summary: {out}"
     );
     assert!(out.contains("0 lost"), "summary: {out}");

@@ -18,6 +18,9 @@ async fn run(args: &[&str], tmp: &Path) -> Output {
         .current_dir(tmp)
         .env("TMPDIR", tmp)
         .env_remove("OPENAI_API_KEY")
+        // Phase 1 without the default tokenizer, whatever the machine's hub cache or network.
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_CACHE", tmp.join("empty-hub-cache"))
         .output()
         .await
         .expect("run the example")

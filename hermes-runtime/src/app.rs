@@ -237,7 +237,8 @@ pub async fn execute<E: Environment>(
         .servers
         .first()
         .is_some_and(|s| matches!(s.server_type, ServerType::Vllm | ServerType::Sglang));
-    let tokenizer = load_tokenizer(&cfg.env.tokenizer_name, phase2, cfg.manager.testing)?;
+    let tokenizer =
+        load_tokenizer(&tokenizer_name(&cfg, phase2)?, phase2, cfg.manager.testing).await?;
     let (references, _server) = if cfg.manager.testing {
         let book = ReferenceBook::default();
         let policy = ReferencePolicy::new(book.clone());
@@ -291,12 +292,12 @@ pub async fn execute<E: Environment>(
         if cfg.mode == Mode::Serve && !cfg.env.allow_placeholder_tokens {
             bail!(
                 "serve needs trainable tokens: use --openai.server_type vllm|sglang (Phase 2), or give a \
-                 local tokenizer with --env.tokenizer_name DIR to re-tokenize Phase 1 chats; \
+                 tokenizer that can be loaded (--env.tokenizer_name DIR or a cached hub id) to re-tokenize Phase 1 chats; \
                  --env.allow_placeholder_tokens true sends Phase 1 placeholder tokens anyway"
             );
         }
         if cfg.mode != Mode::Evaluate {
-            warn!("Phase 1 (chat completions) without a local tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
+            warn!("Phase 1 (chat completions) without a tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
         }
     }
     let llm = LlmClient::new(
@@ -378,26 +379,50 @@ pub async fn execute<E: Environment>(
     Ok(())
 }
 
-/// The run's tokenizer: `tokenizer_name` when it is a local path; the built-in tiny tokenizer
-/// for a Phase 2 `--testing` run without one; otherwise none (Phase 1) or an error (Phase 2).
-fn load_tokenizer(
+/// The tokenizer of the run: in Phase 2 the servers' `--openai.tokenizer_name` when they set
+/// one (as upstream's vLLM/SGLang servers read it; every server must name the same one, since
+/// one run's tokens come from one tokenizer), else `--env.tokenizer_name`.
+fn tokenizer_name(cfg: &ResolvedConfig, phase2: bool) -> anyhow::Result<String> {
+    let mut named = cfg
+        .servers
+        .iter()
+        .map(|s| s.tokenizer_name.as_str())
+        .filter(|n| phase2 && !n.is_empty() && *n != "none");
+    let Some(first) = named.next() else {
+        return Ok(cfg.env.tokenizer_name.clone());
+    };
+    if let Some(other) = named.find(|n| n != &first) {
+        bail!("the servers name different tokenizers ('{first}' and '{other}'); Phase 2 needs one tokenizer for the whole run: set the same --openai.tokenizer_name on every server");
+    }
+    Ok(first.to_owned())
+}
+
+/// The run's tokenizer: `name` as a local path or a hub id (through the Hugging Face cache,
+/// downloading into it when online; see [`crate::hub`]). When it cannot be had: a Phase 2
+/// `--testing` run uses the built-in tiny tokenizer, Phase 2 stops with the error (which names
+/// the download command), Phase 1 continues with placeholder tokens after one warning naming it.
+async fn load_tokenizer(
     name: &str,
     phase2: bool,
     testing: bool,
 ) -> anyhow::Result<Option<Arc<ChatTokenizer>>> {
-    if std::path::Path::new(name).exists() {
-        return Ok(Some(Arc::new(ChatTokenizer::load(name)?)));
+    use crate::llm::tokenizer::TokenizerError;
+    let hub = crate::hub::HubSettings::from_env();
+    match ChatTokenizer::resolve(name, &hub).await {
+        Ok(tok) => Ok(Some(Arc::new(tok))),
+        Err(e @ (TokenizerError::Hub(_) | TokenizerError::NotFound(_))) => {
+            if phase2 && testing {
+                info!("--testing: {e}; using the built-in tiny tokenizer");
+                Ok(Some(Arc::new(ChatTokenizer::builtin())))
+            } else if phase2 {
+                Err(e.into())
+            } else {
+                warn!("{e}; Phase 1 continues without a tokenizer");
+                Ok(None)
+            }
+        }
+        Err(e) => Err(e.into()),
     }
-    if !phase2 {
-        return Ok(None);
-    }
-    if testing {
-        info!(
-            "--testing: tokenizer '{name}' is not a local path; using the built-in tiny tokenizer"
-        );
-        return Ok(Some(Arc::new(ChatTokenizer::builtin())));
-    }
-    Err(crate::llm::tokenizer::TokenizerError::NotLocal(name.to_owned()).into())
 }
 
 /// Starts the wandb run of a `process` run (named `{env name}-{date}-{6 letters}`, no project

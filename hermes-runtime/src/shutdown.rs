@@ -52,8 +52,9 @@ impl Shutdown {
         let shutdown = Self::new();
         let handle = shutdown.clone();
         tokio::spawn(async move {
+            let mut signals = Signals::new();
             loop {
-                let name = next_signal().await;
+                let name = signals.next().await;
                 let n = handle.request();
                 if n == 1 {
                     tracing::warn!(
@@ -132,20 +133,35 @@ pub fn grace(seconds: f64) -> Duration {
     Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO)
 }
 
-async fn next_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending::<()>().await,
+/// SIGINT and SIGTERM, listened to for the whole run (streams made once, so a signal that
+/// arrives while the previous one is handled is not missed).
+struct Signals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Signals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        () = term => "SIGTERM",
+    }
+
+    async fn next(&mut self) -> &'static str {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.interrupt) => "SIGINT",
+            () = recv(&mut self.terminate) => "SIGTERM",
+        }
     }
 }
 

@@ -142,6 +142,15 @@ impl Trainer {
     }
 }
 
+fn builtin_tokenizer_dir() -> &'static str {
+    static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        hermes_env::llm::ChatTokenizer::builtin_dir()
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
 /// The example binary in `serve` mode, with its stderr lines forwarded to a channel.
 pub struct Env {
     pub child: Child,
@@ -165,6 +174,9 @@ impl Env {
             "2",
             "--env.max_num_workers",
             "2",
+            // The groups are checked with the built-in tokenizer, whatever the hub cache holds.
+            "--env.tokenizer_name",
+            builtin_tokenizer_dir(),
         ];
         args.extend_from_slice(extra);
         let mut child = Command::new(super::example_bin("terminal_test"))

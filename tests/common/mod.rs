@@ -113,27 +113,55 @@ pub fn atropos_python() -> PathBuf {
     if let Ok(p) = std::env::var("HERMES_ATROPOS_PYTHON") {
         return PathBuf::from(p);
     }
+    python_venv(
+        "atropos-venv",
+        &["atroposlib==0.4.0"],
+        "import atroposlib.api.server",
+    )
+}
+
+/// A Python with the Hugging Face packages the hub tests build their fixtures with
+/// (`tokenizers` to train a tiny BPE, `pyarrow` to write parquet, `huggingface_hub` to lay
+/// out the cache exactly as Python tools do), in `target/hub-venv`.
+pub fn hub_python() -> PathBuf {
+    python_venv(
+        "hub-venv",
+        &["tokenizers", "pyarrow", "huggingface_hub"],
+        "import tokenizers, pyarrow.parquet, huggingface_hub",
+    )
+}
+
+/// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
+/// lock, when `probe` does not run); panics with a message naming what is missing.
+fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
-    let venv = target.join("atropos-venv");
+    let venv = target.join(name);
     let python = venv.join("bin/python");
-    let lock = std::fs::File::create(target.join("atropos-venv.lock")).expect("lock file");
+    let lock = std::fs::File::create(target.join(format!("{name}.lock"))).expect("lock file");
     // SAFETY: flock on a file descriptor we own; released when `lock` is dropped.
     unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
     let ready = || {
         std::process::Command::new(&python)
-            .args(["-c", "import atroposlib.api.server"])
+            .args(["-c", probe])
             .output()
             .is_ok_and(|o| o.status.success())
     };
     if !ready() {
+        let wanted = packages.join(" ");
         let step = |program: &std::path::Path, args: &[&str]| {
-            let out = std::process::Command::new(program).args(args).output().unwrap_or_else(|e| {
-                panic!("this test needs Python 3 with pip to install atroposlib==0.4.0: cannot run {}: {e}", program.display())
-            });
+            let out = std::process::Command::new(program)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "this test needs Python 3 with pip to install {wanted}: cannot run {}: {e}",
+                        program.display()
+                    )
+                });
             assert!(
                 out.status.success(),
-                "this test needs atroposlib==0.4.0 (Atropos's own models): `{} {}` failed:\n{}",
+                "this test needs {wanted} from PyPI: `{} {}` failed:\n{}",
                 program.display(),
                 args.join(" "),
                 String::from_utf8_lossy(&out.stderr)
@@ -143,10 +171,9 @@ pub fn atropos_python() -> PathBuf {
             std::path::Path::new("python3"),
             &["-m", "venv", venv.to_str().unwrap()],
         );
-        step(
-            &venv.join("bin/pip"),
-            &["install", "--quiet", "atroposlib==0.4.0"],
-        );
+        let mut args = vec!["install", "--quiet"];
+        args.extend_from_slice(packages);
+        step(&venv.join("bin/pip"), &args);
     }
     drop(lock);
     python

@@ -54,7 +54,7 @@ config_section! {
         batch_size: i64 = -1,
         /// Queue cap in batches before the environment pauses.
         max_batches_offpolicy: i64 = 3,
-        /// Tokenizer directory (tokenizer.json + tokenizer_config.json) for Phase 2 and for re-tokenizing Phase 1 chats; hub ids are not downloaded.
+        /// Tokenizer for Phase 2 and for re-tokenizing Phase 1 chats: a directory (tokenizer.json + tokenizer_config.json) or a hub id ORG/NAME[@revision] from the Hugging Face cache, downloaded when online.
         tokenizer_name: String = "NousResearch/DeepHermes-3-Llama-3-3B-Preview".into(),
         /// Log to Weights & Biases.
         use_wandb: bool = true,
@@ -144,11 +144,11 @@ config_section! {
         sandbox_create_concurrency: i64 = 8,
         /// Sandbox container creations started per second (0 = unlimited).
         sandbox_create_rate: f64 = 20.0,
-        /// Dataset id (used by environments that load one).
+        /// Dataset for environments that load one (hermes_env::data): a hub id ORG/NAME[@revision], a local file or a directory.
         dataset_name: Option<String> = None,
-        /// Dataset split.
+        /// Dataset split, chosen by the hub's file names (test.jsonl, data/test-00000-of-00001.parquet, test/...).
         dataset_split: String = "train".into(),
-        /// Dataset field holding the prompt.
+        /// Dataset column holding the prompt, for environments that read it (Dataset::rename_column).
         prompt_field: String = "prompt".into(),
         /// Maximum concurrent tool executions.
         tool_pool_size: i64 = 128,

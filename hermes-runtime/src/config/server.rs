@@ -42,7 +42,7 @@ config_section! {
         rolling_buffer_length: i64 = 1000,
         /// Server protocol: openai, trl, sglang or vllm.
         server_type: ServerType = ServerType::Openai,
-        /// Tokenizer for Phase 2 vllm/sglang servers ("none" = model_name).
+        /// Phase 2 (vllm/sglang): the tokenizer of the model this server serves, a directory or hub id; it wins over --env.tokenizer_name and every server must name the same one ("none" = use --env.tokenizer_name).
         tokenizer_name: String = "none".into(),
         /// API key (empty = the OPENAI_API_KEY environment variable). Never logged or saved.
         api_key: Option<String> = Some(String::new()),

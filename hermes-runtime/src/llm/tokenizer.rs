@@ -1,6 +1,7 @@
 //! A Hugging Face tokenizer (`tokenizer.json`, through the `tokenizers` crate) with its chat
-//! template (`tokenizer_config.json` or `chat_template.jinja`, rendered with minijinja the way
-//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods).
+//! template (`chat_template.jinja` or `tokenizer_config.json`, rendered with minijinja the way
+//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods), from a
+//! local directory or a hub id through the Hugging Face cache ([`crate::hub`]).
 
 use std::path::{Path, PathBuf};
 
@@ -8,15 +9,23 @@ use minijinja::value::Serde;
 use minijinja::{Environment, ErrorKind};
 use serde_json::Value;
 
+use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
+
+/// The files a tokenizer is made of, as `hf download` arguments.
+pub const TOKENIZER_FILES: [&str; 2] = ["tokenizer.json", "tokenizer_config.json"];
+
 /// Why a tokenizer could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
-    /// The tokenizer name is not a local file or directory.
+    /// The tokenizer name is neither an existing path nor shaped like a hub id.
     #[error(
-        "tokenizer '{0}' is not a local path, and no model hub is reachable from here: pass a \
-         directory holding tokenizer.json and tokenizer_config.json (--env.tokenizer_name DIR)"
+        "tokenizer '{0}' is neither a local path nor a hub id ORG/NAME[@revision]: pass a directory \
+         holding tokenizer.json and tokenizer_config.json, or a Hugging Face Hub model id"
     )]
-    NotLocal(String),
+    NotFound(String),
+    /// The hub id could not be resolved (not cached offline, download failed, …).
+    #[error("tokenizer: {0}")]
+    Hub(#[from] HubError),
     /// A file could not be read or parsed.
     #[error("{path}: {reason}")]
     File {
@@ -156,38 +165,97 @@ impl ChatTokenizer {
     pub fn load(name: &str) -> Result<Self, TokenizerError> {
         let path = Path::new(name);
         if !path.exists() {
-            return Err(TokenizerError::NotLocal(name.to_owned()));
+            return Err(TokenizerError::NotFound(name.to_owned()));
         }
-        let dir = if path.is_dir() {
-            path.to_owned()
+        let (dir, file) = if path.is_dir() {
+            (path.to_owned(), path.join("tokenizer.json"))
         } else {
-            path.parent().unwrap_or(Path::new(".")).to_owned()
+            let dir = path.parent().unwrap_or(Path::new(".")).to_owned();
+            (dir, path.to_owned())
         };
-        let file = if path.is_dir() {
-            dir.join("tokenizer.json")
-        } else {
-            path.to_owned()
+        let config = Some(dir.join("tokenizer_config.json")).filter(|p| p.is_file());
+        let jinja = Some(dir.join("chat_template.jinja")).filter(|p| p.is_file());
+        Self::from_files(
+            &file,
+            config.as_deref(),
+            jinja.as_deref(),
+            dir.display().to_string(),
+        )
+    }
+
+    /// Resolves `name` the way `AutoTokenizer.from_pretrained` does: an existing local path,
+    /// else a hub id `ORG/NAME[@revision]` looked up in the hub cache and downloaded into it
+    /// when online (see [`crate::hub`]).
+    pub async fn resolve(name: &str, hub: &HubSettings) -> Result<Self, TokenizerError> {
+        if Path::new(name).exists() {
+            return Self::load(name);
+        }
+        let id = HubId::parse(RepoKind::Model, name)
+            .ok_or_else(|| TokenizerError::NotFound(name.to_owned()))?;
+        Self::from_hub(HubRepo::new(id, hub.clone()).fetching(&TOKENIZER_FILES)).await
+    }
+
+    /// Loads `tokenizer.json`, `tokenizer_config.json` and (when the repository has one)
+    /// `chat_template.jinja` of a hub repository.
+    pub async fn from_hub(repo: HubRepo) -> Result<Self, TokenizerError> {
+        let file = repo.file("tokenizer.json").await?;
+        let config = match repo.file("tokenizer_config.json").await {
+            Ok(path) => Some(path),
+            Err(HubError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
         };
+        let jinja = match repo.file("chat_template.jinja").await {
+            Ok(path) => Some(path),
+            Err(HubError::NotFound { .. } | HubError::NotCached { .. }) => None,
+            Err(e) if config.is_some() => {
+                tracing::warn!("{e}; using the chat template of tokenizer_config.json");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Self::from_files(
+            &file,
+            config.as_deref(),
+            jinja.as_deref(),
+            repo.id().to_string(),
+        )
+    }
+
+    /// Builds the tokenizer from its files; `chat_template.jinja` wins over the config's
+    /// `chat_template`, as in `transformers`.
+    fn from_files(
+        file: &Path,
+        config_path: Option<&Path>,
+        jinja: Option<&Path>,
+        source: String,
+    ) -> Result<Self, TokenizerError> {
         let tokenizer =
-            tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::File {
-                path: file.clone(),
+            tokenizers::Tokenizer::from_file(file).map_err(|e| TokenizerError::File {
+                path: file.to_owned(),
                 reason: e.to_string(),
             })?;
-        let config_path = dir.join("tokenizer_config.json");
-        let config: Value = match std::fs::read_to_string(&config_path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| TokenizerError::File {
-                path: config_path.clone(),
+        let config: Value = match config_path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| TokenizerError::File {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })?;
+                serde_json::from_str(&text).map_err(|e| TokenizerError::File {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })?
+            }
+            None => Value::Object(Default::default()),
+        };
+        let template = match jinja {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| TokenizerError::File {
+                path: path.to_owned(),
                 reason: e.to_string(),
             })?,
-            Err(_) => Value::Object(Default::default()),
+            None => template_text(config.get("chat_template"))
+                .ok_or_else(|| TokenizerError::NoTemplate(PathBuf::from(&source)))?,
         };
-        let jinja = dir.join("chat_template.jinja");
-        let template = match template_text(config.get("chat_template")) {
-            Some(t) => t,
-            None => std::fs::read_to_string(&jinja)
-                .map_err(|_| TokenizerError::NoTemplate(dir.clone()))?,
-        };
-        Self::build(tokenizer, &config, template, dir.display().to_string())
+        Self::build(tokenizer, &config, template, source)
     }
 
     /// Token ids of `text`; `add_special_tokens` applies the tokenizer's post-processor (BOS).
@@ -287,12 +355,12 @@ mod tests {
     }
 
     #[test]
-    fn load_reads_the_shipped_directory_and_rejects_hub_ids() {
+    fn load_reads_the_shipped_directory_and_rejects_missing_paths() {
         let t = ChatTokenizer::load(ChatTokenizer::builtin_dir().to_str().unwrap()).unwrap();
         assert_eq!(t.encode("a", false).unwrap(), vec![97]);
         assert!(matches!(
             ChatTokenizer::load("NousResearch/DeepHermes-3-Llama-3-3B-Preview"),
-            Err(TokenizerError::NotLocal(_))
+            Err(TokenizerError::NotFound(_))
         ));
     }
 }
