@@ -16,6 +16,7 @@ pub mod diagnostics;
 pub mod env;
 pub mod llm;
 pub mod modes;
+pub mod own_secrets;
 pub mod parsers;
 pub mod progress;
 pub mod sandbox;

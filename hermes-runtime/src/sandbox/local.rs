@@ -1,8 +1,11 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
 //! start of its persistent working directory) and each command its own process group, killed
-//! on timeout and at teardown. It is not a security boundary (absolute paths reach the host);
-//! use it to develop environments without Docker. File transfers are plain copies.
+//! on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
+//! boundary (same user, same network, absolute paths reach the host); use it to develop
+//! environments without Docker. File transfers are plain copies.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -24,10 +27,41 @@ use super::{
 /// that closed the stream, or a daemon that keeps writing).
 const DRAIN_MAX: Duration = Duration::from_millis(500);
 
+/// Host variables a local command keeps (besides `HOME`, which is its scratch directory):
+/// what programs need to find binaries, print text and know the time zone. Variables
+/// starting with `LC_` are kept too.
+const INHERITED: &[&str] = &["PATH", "LANG", "TERM", "TZ", "USER", "SHELL"];
+
+/// `PATH` when the host process has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The whole environment of a local command: the allowlisted host variables
+/// ([`INHERITED`], `LC_*`), `HOME` = the scratch directory, then the author's
+/// `container_env` (`KEY=VALUE`, later entries win). Nothing else of the host is inherited.
+fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            INHERITED.contains(&k.as_ref()) || k.starts_with("LC_")
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), home.into()));
+    for entry in extra {
+        let (k, v) = entry.split_once('=').unwrap_or((entry, ""));
+        env.retain(|(old, _)| old != k);
+        env.push((k.into(), v.into()));
+    }
+    env
+}
+
 /// Creates one scratch directory per task under a per-run root.
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
+    env: Arc<[String]>,
 }
 
 impl LocalProvider {
@@ -36,7 +70,17 @@ impl LocalProvider {
         let root =
             std::env::temp_dir().join(format!("hermes-env-{}-{}", std::process::id(), short_id()));
         std::fs::create_dir_all(&root)?;
-        Ok(LocalProvider { root })
+        Ok(LocalProvider {
+            root,
+            env: Arc::from([]),
+        })
+    }
+
+    /// Adds the author's `container_env` (`KEY=VALUE` entries) to every command's
+    /// environment, as the Docker backend does.
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env.into();
+        self
     }
 
     /// The per-run root directory.
@@ -76,7 +120,9 @@ impl SandboxProvider for LocalProvider {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
-        Ok(Arc::new(LocalSandbox::new(task_id, dir)))
+        Ok(Arc::new(
+            LocalSandbox::new(task_id, dir).with_env(Arc::clone(&self.env)),
+        ))
     }
 }
 
@@ -89,19 +135,28 @@ pub struct LocalSandbox {
     dir_str: String,
     cwd: Mutex<PathBuf>,
     process_groups: Mutex<Vec<i32>>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl LocalSandbox {
     /// A sandbox over an existing directory.
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
+        let env = sandbox_env(&dir, &[]);
         LocalSandbox {
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
             dir,
             dir_str,
             process_groups: Mutex::new(Vec::new()),
+            env,
         }
+    }
+
+    /// Adds `KEY=VALUE` entries to every command's environment.
+    pub fn with_env(mut self, extra: Arc<[String]>) -> Self {
+        self.env = sandbox_env(&self.dir, &extra);
+        self
     }
 
     /// Resolves `~`, `~/x` and relative paths against the scratch directory.
@@ -172,7 +227,8 @@ impl Sandbox for LocalSandbox {
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(&self.dir)
-            .env("HOME", &self.dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
