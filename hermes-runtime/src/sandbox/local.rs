@@ -17,6 +17,8 @@ use tokio::process::Command;
 use tokio::time::{sleep_until, Instant};
 
 use super::archive::{copy_file, copy_tree};
+use super::bounded::{read_regular, READ_LIMIT};
+use super::links::check_no_link_ancestors;
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
@@ -170,6 +172,16 @@ impl LocalSandbox {
         }
     }
 
+    /// Refuses an upload whose destination inside the scratch directory lies below a
+    /// symbolic link (one the agent planted could send it anywhere on the host; the
+    /// destination itself is checked by the copy).
+    fn refuse_planted_links(&self, dest: &Path) -> Result<(), SandboxError> {
+        match dest.strip_prefix(&self.dir) {
+            Ok(rel) => check_no_link_ancestors(&self.dir, rel),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn kill_all(&self) {
         let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
         for pgid in groups {
@@ -319,13 +331,8 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let p = self.resolve(path);
-        if p.is_dir() {
-            return Err(SandboxError::IsDirectory(path.to_owned()));
-        }
-        tokio::fs::read(&p)
-            .await
-            .map_err(|e| io_err(Path::new(path), e))
+        let (p, shown) = (self.resolve(path), path.to_owned());
+        blocking(move || read_regular(&p, &shown, READ_LIMIT)).await
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
@@ -360,11 +367,13 @@ impl Sandbox for LocalSandbox {
 
     async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        self.refuse_planted_links(&dest)?;
         blocking(move || copy_file(&src, &dest)).await
     }
 
     async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        self.refuse_planted_links(&dest)?;
         blocking(move || copy_tree(&src, &dest)).await
     }
 

@@ -26,15 +26,15 @@ use tracing::{debug, warn};
 use super::{Container, Shared};
 use crate::sandbox::archive::{pack, unpack, PackSource, TarStream, Unpack, Unpacked};
 use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use crate::sandbox::{CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+use crate::sandbox::{
+    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer, READ_LIMIT,
+};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
 /// stream), output is still read until the stream is quiet this long …
 const DRAIN_QUIET: Duration = Duration::from_millis(200);
 /// … or at most this long.
 const DRAIN_MAX: Duration = Duration::from_millis(1000);
-/// Largest file `read_file` loads into memory.
-const READ_LIMIT: u64 = 100 * 1024 * 1024;
 /// Deadline of internal helper commands (kill, tar, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 /// Symbolic links followed by `read_file` / `download_file`.
@@ -345,7 +345,13 @@ impl DockerSandbox {
         let (name, path) = (self.name().to_owned(), abs.to_owned());
         tokio::spawn(async move {
             let mut err = Vec::new();
-            while let Some(item) = output.next().await {
+            loop {
+                // Stop reading (and let the exec go) once the reader gave up.
+                let item = tokio::select! {
+                    item = output.next() => item,
+                    () = tx.closed() => return,
+                };
+                let Some(item) = item else { break };
                 match item {
                     Ok(LogOutput::StdOut { message }) => {
                         if tx.send(Ok(message)).await.is_err() {
