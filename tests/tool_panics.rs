@@ -13,7 +13,11 @@ use hermes_env::ToolContext;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-fn every_tool(extra: Option<Box<dyn FnOnce(&mut ToolRegistry)>>) -> ToolSet {
+/// Registers further tools.
+type AddTools = Box<dyn FnOnce(&mut ToolRegistry)>;
+
+/// Every built-in tool (web over the fake backend), plus what `extra` registers.
+fn every_tool(extra: Option<AddTools>) -> ToolSet {
     let mut registry = ToolRegistry::builtin().with_web(Arc::new(FakeWebBackend::new()));
     if let Some(add) = extra {
         add(&mut registry);
