@@ -19,6 +19,9 @@ const WANDB_KEY: &str = "wandb-env-key-3b8e61d0c4a7f2";
 const AWS_SECRET: &str = "aws-env-secret-5e2d9c7b1a0f";
 const CLI_KEY: &str = "sk-cli-openai-90d4e7a2b6c1";
 const SECRETS: [&str; 4] = [OPENAI_KEY, WANDB_KEY, AWS_SECRET, CLI_KEY];
+/// The author's `container_env`: its value reaches the sandbox (on purpose) but no saved
+/// config.
+const CONTAINER_ENV: &str = r#"["HERMES_E2E_SETTING=cfg-value-5a1b2c3d"]"#;
 
 /// What the scripted model runs on its first turn.
 const SNOOP: &str = "env; echo '==ENVIRON=='; tr '\\0' '\\n' < /proc/$PPID/environ; \
@@ -115,6 +118,8 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
         "true",
         "--env.data_path_to_save_groups",
         "out.jsonl",
+        "--env.container_env",
+        CONTAINER_ENV,
     ]
     .map(String::from)
     .to_vec();
@@ -166,6 +171,21 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
     let wandb = tmp.path().join("wandb");
     assert!(wandb.is_dir(), "an offline W&B run: {stderr}");
     assert_clean("the W&B offline run", &all_text(&wandb));
+    assert!(
+        jsonl.contains("HERMES_E2E_SETTING=cfg-value-5a1b2c3d"),
+        "container_env reached the sandbox"
+    );
+    let run_dir = std::fs::read_dir(&wandb)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let config = std::fs::read_to_string(run_dir.join("files/config.json")).unwrap();
+    assert!(
+        config.contains("HERMES_E2E_SETTING=<redacted>") && !config.contains("cfg-value-5a1b2c3d"),
+        "the W&B run config redacts container_env values: {config}"
+    );
     assert_clean("stdout", &String::from_utf8_lossy(&out.stdout));
     assert_clean("the logs", &stderr);
 
@@ -175,6 +195,8 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
         "1",
         "--env.data_dir_to_save_evals",
         "evals",
+        "--env.container_env",
+        CONTAINER_ENV,
     ]
     .map(String::from)
     .to_vec();
@@ -189,6 +211,12 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
         "samples hold the tool result"
     );
     assert_clean("the evaluate files", &evals);
+    let config = std::fs::read_to_string(tmp.path().join("evals/evaluate_config.yaml")).unwrap();
+    assert!(
+        config.contains("HERMES_E2E_SETTING=<redacted>") && config.contains("api_key: <redacted>"),
+        "{config}"
+    );
+    assert!(!config.contains("cfg-value-5a1b2c3d"), "{config}");
     assert_clean("the evaluate logs", &stderr);
     let sent: String = server.requests().iter().map(Value::to_string).collect();
     assert_clean("what the model was sent during evaluate", &sent);

@@ -753,4 +753,66 @@ mod tests {
         );
         assert!(started.elapsed() < Duration::from_secs(5));
     }
+
+    /// A hand-made archive (what an agent-replaced `tar` could send): entries in order.
+    fn crafted(entries: &[(&str, tar::EntryType, &str, u32)]) -> Bytes {
+        let mut raw = tar::Builder::new(Vec::new());
+        for (name, kind, link, mode) in entries {
+            let mut h = header(*kind, *mode, 0, 0);
+            if *kind == tar::EntryType::Symlink || *kind == tar::EntryType::Link {
+                raw.append_link(&mut h, name, link).unwrap();
+            } else {
+                raw.append_data(&mut h, name, io::empty()).unwrap();
+            }
+        }
+        Bytes::from(raw.into_inner().unwrap())
+    }
+
+    async fn unpack_crafted(bytes: Bytes, target: &Path) -> Result<Unpacked, SandboxError> {
+        let stream = futures::stream::iter(vec![Ok(bytes)]);
+        unpack(stream, Unpack::Dir(target.to_path_buf()), "root".into()).await
+    }
+
+    #[tokio::test]
+    async fn a_directory_entry_over_a_link_is_not_created_or_chmodded() {
+        use tar::EntryType::{Directory, Symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/sub/", Directory, "", 0o700),
+            ("root/l", Symlink, "sub", 0o777),
+            ("root/l/", Directory, "", 0o777),
+        ]);
+        let err = unpack_crafted(bytes, &target).await.unwrap_err();
+        assert!(matches!(err, SandboxError::Path(_)), "{err}");
+        let mode = fs::metadata(target.join("sub")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "no chmod through the link");
+    }
+
+    #[tokio::test]
+    async fn links_are_not_retargeted_and_hard_links_to_links_are_refused() {
+        use tar::EntryType::{Directory, Link, Symlink};
+        let dir = tempfile::tempdir().unwrap();
+        // `m` resolves inside while `k -> a/b`; retargeting `k` to `.` would move it out.
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/a/b/", Directory, "", 0o755),
+            ("root/k", Symlink, "a/b", 0o777),
+            ("root/m", Symlink, "k/../..", 0o777),
+            ("root/k", Symlink, ".", 0o777),
+        ]);
+        let err = unpack_crafted(bytes, &dir.path().join("one")).await.unwrap_err();
+        assert!(err.to_string().contains("already a symbolic link"), "{err}");
+        // A hard link to `a/b/l -> ../../x` placed at the root would point outside.
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/a/b/", Directory, "", 0o755),
+            ("root/a/b/l", Symlink, "../../x", 0o777),
+            ("root/h", Link, "root/a/b/l", 0o644),
+        ]);
+        let err = unpack_crafted(bytes, &dir.path().join("two")).await.unwrap_err();
+        assert!(err.to_string().contains("hard link"), "{err}");
+        assert!(!dir.path().join("two/h").exists());
+    }
 }
