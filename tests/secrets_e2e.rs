@@ -221,3 +221,43 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
     let sent: String = server.requests().iter().map(Value::to_string).collect();
     assert_clean("what the model was sent during evaluate", &sent);
 }
+
+/// `serve` with the local backend says once that it is not isolated; `process` does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_with_the_local_backend_warns_once() {
+    const WARNING: &str = "the local sandbox backend runs the model's commands as this user";
+    let tmp = tempfile::tempdir().unwrap();
+    let serve = [
+        "serve",
+        "--testing",
+        "true",
+        "--env.use_wandb",
+        "false",
+        "--env.rollout_server_url",
+        "http://127.0.0.1:9",
+    ];
+    let out = run(&serve, tmp.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches(WARNING).count(), 1, "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("WARN") && l.contains(WARNING)),
+        "{stderr}"
+    );
+    let process = [
+        "process",
+        "--testing",
+        "true",
+        "--env.use_wandb",
+        "false",
+        "--env.total_steps",
+        "1",
+        "--env.data_path_to_save_groups",
+        "p.jsonl",
+    ];
+    let out = run(&process, tmp.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains(WARNING), "{stderr}");
+}

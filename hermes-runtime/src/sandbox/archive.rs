@@ -786,7 +786,10 @@ mod tests {
         ]);
         let err = unpack_crafted(bytes, &target).await.unwrap_err();
         assert!(matches!(err, SandboxError::Path(_)), "{err}");
-        let mode = fs::metadata(target.join("sub")).unwrap().permissions().mode();
+        let mode = fs::metadata(target.join("sub"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700, "no chmod through the link");
     }
 
@@ -802,7 +805,9 @@ mod tests {
             ("root/m", Symlink, "k/../..", 0o777),
             ("root/k", Symlink, ".", 0o777),
         ]);
-        let err = unpack_crafted(bytes, &dir.path().join("one")).await.unwrap_err();
+        let err = unpack_crafted(bytes, &dir.path().join("one"))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("already a symbolic link"), "{err}");
         // A hard link to `a/b/l -> ../../x` placed at the root would point outside.
         let bytes = crafted(&[
@@ -811,7 +816,9 @@ mod tests {
             ("root/a/b/l", Symlink, "../../x", 0o777),
             ("root/h", Link, "root/a/b/l", 0o644),
         ]);
-        let err = unpack_crafted(bytes, &dir.path().join("two")).await.unwrap_err();
+        let err = unpack_crafted(bytes, &dir.path().join("two"))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("hard link"), "{err}");
         assert!(!dir.path().join("two/h").exists());
     }
