@@ -300,3 +300,66 @@ async fn local_uploads_refuse_a_link_the_agent_planted() {
     );
     s.teardown().await.unwrap();
 }
+
+/// A `tar` the agent put first on the `PATH`: for any path it sends an entry whose header
+/// says 0 bytes and whose PAX record says 1 TiB, then zeros for ever, counting what it wrote.
+const LYING_TAR: &str = r#"#!/usr/bin/python3
+import sys, tarfile
+info = tarfile.TarInfo(sys.argv[-1])
+info.size = 1 << 40
+out, written = sys.stdout.buffer, 0
+try:
+    out.write(info.tobuf(format=tarfile.PAX_FORMAT))
+    zeros = bytes(1 << 16)
+    while True:
+        out.write(zeros)
+        written += len(zeros)
+finally:
+    open("/root/lying-tar-wrote", "w").write(str(written))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_lying_tar_on_tmpfs_cannot_stream_past_the_limit() {
+    let p = provider("docker").await;
+    let s = p
+        .create("lying-tar", &SandboxSpec::default())
+        .await
+        .unwrap();
+    s.write_file("/usr/local/bin/tar", LYING_TAR.as_bytes())
+        .await
+        .unwrap();
+    ok(
+        &*s,
+        "chmod +x /usr/local/bin/tar && command -v tar && echo hi > /tmp/x",
+    )
+    .await;
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(60), s.read_file("/tmp/x"))
+        .await
+        .expect("read_file returns")
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        err.to_string().contains("is 1099511627776 bytes, over the"),
+        "{err}"
+    );
+    // The fake tar stops when the stream is dropped (broken pipe) and reports its count.
+    let mut wrote = String::new();
+    for _ in 0..100 {
+        let (code, out) = run(&*s, "cat /root/lying-tar-wrote 2>/dev/null").await;
+        if code == 0 && !out.is_empty() {
+            wrote = out;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wrote: u64 = wrote
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the fake tar never stopped: {wrote:?}"));
+    eprintln!(
+        "docker: lying tar refused in {took:.2?}; it wrote {wrote} bytes before the pipe closed"
+    );
+    assert!(wrote < READ_LIMIT, "{wrote} bytes streamed");
+    s.teardown().await.unwrap();
+}
