@@ -302,20 +302,16 @@ async fn local_uploads_refuse_a_link_the_agent_planted() {
 }
 
 /// A `tar` the agent put first on the `PATH`: for any path it sends an entry whose header
-/// says 0 bytes and whose PAX record says 1 TiB, then zeros for ever, counting what it wrote.
+/// says 0 bytes and whose PAX record says 1 TiB, then zeros for ever.
 const LYING_TAR: &str = r#"#!/usr/bin/python3
 import sys, tarfile
 info = tarfile.TarInfo(sys.argv[-1])
 info.size = 1 << 40
-out, written = sys.stdout.buffer, 0
-try:
-    out.write(info.tobuf(format=tarfile.PAX_FORMAT))
-    zeros = bytes(1 << 16)
-    while True:
-        out.write(zeros)
-        written += len(zeros)
-finally:
-    open("/root/lying-tar-wrote", "w").write(str(written))
+out = sys.stdout.buffer
+out.write(info.tobuf(format=tarfile.PAX_FORMAT))
+zeros = bytes(1 << 16)
+while True:
+    out.write(zeros)
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,23 +339,16 @@ async fn docker_a_lying_tar_on_tmpfs_cannot_stream_past_the_limit() {
         err.to_string().contains("is 1099511627776 bytes, over the"),
         "{err}"
     );
-    // The fake tar stops when the stream is dropped (broken pipe) and reports its count.
-    let mut wrote = String::new();
+    // Once read_file gave up, the fake tar is killed (the daemon would drain it for ever).
+    let mut gone = None;
     for _ in 0..100 {
-        let (code, out) = run(&*s, "cat /root/lying-tar-wrote 2>/dev/null").await;
-        if code == 0 && !out.is_empty() {
-            wrote = out;
+        if run(&*s, "pgrep -x tar").await.0 == 1 {
+            gone = Some(started.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let wrote: u64 = wrote
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("the fake tar never stopped: {wrote:?}"));
-    eprintln!(
-        "docker: lying tar refused in {took:.2?}; it wrote {wrote} bytes before the pipe closed"
-    );
-    assert!(wrote < READ_LIMIT, "{wrote} bytes streamed");
+    let gone = gone.expect("the abandoned tar is killed within 10 s");
+    eprintln!("docker: lying tar refused in {took:.2?}, killed {gone:.2?} after the read began");
     s.teardown().await.unwrap();
 }
