@@ -268,7 +268,7 @@ impl<I> TrainMetrics<I> {
                     turn: e.turn,
                     tool: e.tool_name.clone(),
                     args: clip(&redact_arguments(&e.arguments), 150),
-                    error: clip(&e.error, 300),
+                    error: clip(&redact_text(&e.error), 300),
                 });
             }
         }
