@@ -63,7 +63,7 @@ fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
-    env: Arc<[String]>,
+    env: Vec<String>,
 }
 
 impl LocalProvider {
@@ -74,14 +74,14 @@ impl LocalProvider {
         std::fs::create_dir_all(&root)?;
         Ok(LocalProvider {
             root,
-            env: Arc::from([]),
+            env: Vec::new(),
         })
     }
 
     /// Adds the author's `container_env` (`KEY=VALUE` entries) to every command's
     /// environment, as the Docker backend does.
     pub fn with_env(mut self, env: Vec<String>) -> Self {
-        self.env = env.into();
+        self.env = env;
         self
     }
 
@@ -123,7 +123,7 @@ impl SandboxProvider for LocalProvider {
             .await
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
         Ok(Arc::new(
-            LocalSandbox::new(task_id, dir).with_env(Arc::clone(&self.env)),
+            LocalSandbox::new(task_id, dir).with_env(&self.env),
         ))
     }
 }
@@ -156,7 +156,7 @@ impl LocalSandbox {
     }
 
     /// Adds `KEY=VALUE` entries to every command's environment.
-    pub fn with_env(mut self, extra: Arc<[String]>) -> Self {
+    pub fn with_env(mut self, extra: &[String]) -> Self {
         self.env = sandbox_env(&self.dir, &extra);
         self
     }
