@@ -261,3 +261,44 @@ async fn serve_with_the_local_backend_warns_once() {
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains(WARNING), "{stderr}");
 }
+
+/// The same snooping model on the Docker backend: the container sees only the image's
+/// environment and `container_env`.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_reaches_a_docker_sandbox() {
+    common::docker::require_docker();
+    let server = snooping_model().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = [
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "1",
+        "--env.use_wandb",
+        "false",
+        "--env.terminal_backend",
+        "docker",
+        "--env.data_path_to_save_groups",
+        "out.jsonl",
+        "--env.container_env",
+        CONTAINER_ENV,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server_args(&server.base_url()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&argv, tmp.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let jsonl = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+    assert!(
+        jsonl.contains("HERMES_E2E_SETTING=cfg-value-5a1b2c3d") && jsonl.contains("==END=="),
+        "the command ran in the container with container_env: {jsonl}"
+    );
+    assert!(!jsonl.contains("CARGO_MANIFEST_DIR"), "{jsonl}");
+    let sent: String = server.requests().iter().map(Value::to_string).collect();
+    assert_clean("what the model was sent", &sent);
+    assert_clean("the JSONL", &jsonl);
+    assert_clean("the logs", &stderr);
+}
