@@ -302,3 +302,71 @@ async fn no_secret_reaches_a_docker_sandbox() {
     assert_clean("the JSONL", &jsonl);
     assert_clean("the logs", &stderr);
 }
+
+/// A non-root env process is non-dumpable: a command of the same user cannot read its
+/// environment at all (its /proc files become root's, as for its memory), not just a zeroed
+/// block.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_same_user_command_cannot_read_the_env_process_memory() {
+    const PROBE: &str = "id -u; stat -c 'owner=%u' /proc/$PPID/environ; \
+                         head -c 1 /proc/$PPID/environ >/dev/null 2>&1 \
+                           && echo environ=readable || echo environ=denied";
+    let server = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("done")
+        } else {
+            Reply::tool("terminal", json!({"command": PROBE}))
+        }
+    })
+    .await
+    .unwrap();
+    let setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output();
+    assert!(
+        setpriv.is_ok_and(|o| o.status.success()),
+        "this test runs the env process as another user with `setpriv` (util-linux)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut args: Vec<String> = [
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "1",
+        "--env.use_wandb",
+        "false",
+        "--env.data_path_to_save_groups",
+        "out.jsonl",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server_args(&server.base_url()));
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::example_bin("terminal_test"))
+        .args(&args)
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .output()
+        .await
+        .expect("run the example as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let jsonl = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+    let result = between(&jsonl, "\"role\": \"tool\"", "exit_code");
+    assert!(
+        result.contains("65534"),
+        "the command ran as nobody: {result}"
+    );
+    assert!(
+        result.contains("owner=0"),
+        "non-dumpable: /proc files are root's: {result}"
+    );
+    assert!(result.contains("environ=denied"), "{result}");
+    assert_clean("the JSONL", &jsonl);
+}

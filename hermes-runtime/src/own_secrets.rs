@@ -36,6 +36,7 @@ pub fn protect(args: &[OsString]) {
     // process's stack; nothing else references it.
     unsafe { std::ptr::write_bytes(blocks.env_start as *mut u8, 0, blocks.env_len()) };
     hide_argument_values(&blocks, &secret_args);
+    #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_DUMPABLE) takes plain integers and touches no memory.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
