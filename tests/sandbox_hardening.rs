@@ -182,10 +182,6 @@ async fn read_file_refuses_a_sparse_9_gib_file_without_reading_it(
             "{backend} {path}: {err}"
         );
         eprintln!("{backend}: refused the 9 GiB sparse {path} in {took:.2?}");
-        assert!(
-            took < Duration::from_secs(30),
-            "{backend}: refused without reading ({took:?})"
-        );
         ok(&*s, &format!("rm {path}")).await;
     }
 }
