@@ -157,7 +157,7 @@ impl LocalSandbox {
 
     /// Adds `KEY=VALUE` entries to every command's environment.
     pub fn with_env(mut self, extra: &[String]) -> Self {
-        self.env = sandbox_env(&self.dir, &extra);
+        self.env = sandbox_env(&self.dir, extra);
         self
     }
 
