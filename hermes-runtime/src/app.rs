@@ -26,8 +26,9 @@ use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry
 
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
-    init_tracing();
     let args: Vec<OsString> = std::env::args_os().collect();
+    crate::own_secrets::protect(&args);
+    init_tracing();
     let bin = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
@@ -76,7 +77,8 @@ pub fn main<E: Environment>() -> ExitCode {
             ExitCode::from(130)
         }
         Some(Err(e)) => {
-            eprintln!("error: {}", one_line(&format!("{e:#}")));
+            let message = one_line(&format!("{e:#}"));
+            eprintln!("error: {}", crate::config::redact::redact_text(&message));
             ExitCode::from(2)
         }
         None => {
@@ -225,9 +227,19 @@ pub async fn execute<E: Environment>(
     for w in &cfg.warnings {
         warn!("{w}");
     }
+    for server in &cfg.servers {
+        crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
+    }
     let desc = E::descriptor();
+    if cfg.mode == Mode::Serve && cfg.env.terminal_backend == "local" {
+        warn!("the local sandbox backend runs the model's commands as this user on this host and network (not isolated); use --env.terminal_backend docker for training");
+    }
     let sandboxes: Arc<dyn SandboxProvider> = match cfg.env.terminal_backend.as_str() {
-        "local" => Arc::new(LocalProvider::new().context("cannot create the local sandbox root")?),
+        "local" => Arc::new(
+            LocalProvider::new()
+                .context("cannot create the local sandbox root")?
+                .with_env(cfg.env.container_env.clone().unwrap_or_default()),
+        ),
         "docker" => Arc::new(docker_backend(&cfg.env, desc.name).await?),
         other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
     };
@@ -448,7 +460,7 @@ fn start_wandb(cfg: &ResolvedConfig, env_name: &str) -> Option<crate::wandb::Log
 /// The full env config with secret-looking values redacted, for a wandb run's config.
 fn redacted_env_config(cfg: &ResolvedConfig) -> serde_json::Map<String, serde_json::Value> {
     let mut config = serde_json::Value::Object(cfg.env_map.clone());
-    crate::modes::evaluate::redact(&mut config);
+    crate::config::redact::redact(&mut config);
     match config {
         serde_json::Value::Object(map) => map,
         _ => serde_json::Map::new(),

@@ -5,9 +5,11 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::agent::panic_message;
 use crate::atropos::json::to_python_string;
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message, Split};
 use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox, Transfer};
@@ -241,7 +243,13 @@ impl ToolContext {
             terminal_timeout: self.terminal_timeout,
             user_task: "",
         };
-        to_python_string(&self.tools.call(name, args, &cx).await)
+        let outcome = std::panic::AssertUnwindSafe(self.tools.call(name, args, &cx))
+            .catch_unwind()
+            .await;
+        let value = outcome.unwrap_or_else(|panic| {
+            serde_json::json!({"error": format!("Tool execution failed: panic: {}", panic_message(panic.as_ref()))})
+        });
+        to_python_string(&value)
     }
 }
 

@@ -18,6 +18,7 @@ pub mod env;
 pub mod hub;
 pub mod llm;
 pub mod modes;
+pub mod own_secrets;
 pub mod parsers;
 pub mod progress;
 pub mod sandbox;

@@ -27,7 +27,10 @@ pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        suspended(|| std::io::stderr().write_all(buf)).map(|()| buf.len())
+        // One call per log event: secrets (URL credentials, known values) never reach stderr.
+        let text = String::from_utf8_lossy(buf);
+        let clean = crate::config::redact::redact_text(&text);
+        suspended(|| std::io::stderr().write_all(clean.as_bytes())).map(|()| buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

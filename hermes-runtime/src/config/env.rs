@@ -130,7 +130,7 @@ config_section! {
         container_mounts: Option<Vec<String>> = None,
         /// tmpfs mounts of sandbox containers, as `path:options` (options may be omitted).
         container_tmpfs: Vec<String> = vec!["/tmp:rw,nosuid,size=512m".into()],
-        /// Environment variables of sandbox containers, e.g. ["PYTHONHASHSEED=0"].
+        /// Environment variables of sandbox commands (Docker containers and local commands), e.g. ["PYTHONHASHSEED=0"].
         container_env: Option<Vec<String>> = None,
         /// Working directory of sandbox commands (relative paths resolve against it).
         container_workdir: String = "/root".into(),

@@ -3,6 +3,7 @@
 pub mod cli;
 mod env;
 pub mod flags;
+pub mod redact;
 mod resolve;
 mod section;
 mod server;

@@ -52,31 +52,6 @@ struct SampleLine<'a, I: Serialize> {
     outcome: &'a RewardOutcome,
 }
 
-fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k.ends_with("api_key")
-        || k.ends_with("secret")
-        || k.ends_with("password")
-        || k == "authorization"
-}
-
-/// Replaces non-empty values of secret-looking keys (`api_key`, …) with `<redacted>`.
-pub fn redact(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for (k, v) in map.iter_mut() {
-                if is_secret_key(k) && v.as_str().is_some_and(|s| !s.is_empty()) {
-                    *v = Value::String("<redacted>".into());
-                } else {
-                    redact(v);
-                }
-            }
-        }
-        Value::Array(list) => list.iter_mut().for_each(redact),
-        _ => {}
-    }
-}
-
 /// Writes `{dir}/evaluate_config.yaml`: the full env config, the servers (keys redacted),
 /// `slurm` and `testing`.
 pub fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result<PathBuf> {
@@ -87,7 +62,7 @@ pub fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result
     root.insert("slurm".into(), cfg.manager.slurm.into());
     root.insert("testing".into(), cfg.manager.testing.into());
     let mut root = Value::Object(root);
-    redact(&mut root);
+    crate::config::redact::redact(&mut root);
     let path = dir.join("evaluate_config.yaml");
     std::fs::write(&path, serde_yaml::to_string(&root)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -289,19 +264,4 @@ fn write_results<I: Serialize>(
     }
     info!("wrote {}/metrics.json and samples.jsonl", dir.display());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redaction_hits_keys_only_when_set() {
-        let mut v = json!({"openai": [{"api_key": "sk-123", "model_name": "m"}, {"api_key": ""}],
-                           "env": {"max_token_length": 5, "tokenizer_name": "t"}});
-        redact(&mut v);
-        assert_eq!(v["openai"][0]["api_key"], "<redacted>");
-        assert_eq!(v["openai"][1]["api_key"], "");
-        assert_eq!(v["env"]["tokenizer_name"], "t");
-    }
 }

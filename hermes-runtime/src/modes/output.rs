@@ -53,9 +53,12 @@ impl JsonlWriter {
         &self.path
     }
 
-    /// Appends one line.
+    /// Appends one line, with the run's known secret values scrubbed
+    /// ([`crate::config::redact::scrub`]).
     pub fn write<T: Serialize>(&mut self, value: &T) -> std::io::Result<()> {
-        self.out.write_all(to_python_string(value).as_bytes())?;
+        let line = to_python_string(value);
+        self.out
+            .write_all(crate::config::redact::scrub(&line).as_bytes())?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }

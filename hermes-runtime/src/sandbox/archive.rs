@@ -7,13 +7,22 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::bounded::{open_regular, read_capped};
+use super::links::{
+    check_no_link_ancestors, link_resolves_inside, refuse_dir_over_link, write_link,
+};
 use super::{SandboxError, Transfer};
+
+/// Longest time one archive download may stream, first byte to last (a stalled daemon or a
+/// `tar` that never finishes fails instead of hanging the tool call).
+pub(crate) const ARCHIVE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Size of the chunks sent through the channels.
 const CHUNK: usize = 256 * 1024;
@@ -300,15 +309,30 @@ pub(crate) enum Unpacked {
 }
 
 /// Unpacks a tar byte stream as `target` says; `what` names the remote path in errors.
+/// The stream must finish within [`ARCHIVE_DEADLINE`].
 pub(crate) async fn unpack<S>(
-    mut stream: S,
+    stream: S,
     target: Unpack,
     what: String,
 ) -> Result<Unpacked, SandboxError>
 where
     S: Stream<Item = Result<Bytes, SandboxError>> + Send + Unpin,
 {
+    unpack_within(stream, target, what, ARCHIVE_DEADLINE).await
+}
+
+/// [`unpack`] with the stream's deadline given.
+async fn unpack_within<S>(
+    mut stream: S,
+    target: Unpack,
+    what: String,
+    deadline: Duration,
+) -> Result<Unpacked, SandboxError>
+where
+    S: Stream<Item = Result<Bytes, SandboxError>> + Send + Unpin,
+{
     let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    let shown = what.clone();
     let worker = tokio::task::spawn_blocking(move || {
         let reader = ChannelReader {
             rx,
@@ -316,28 +340,27 @@ where
         };
         unpack_blocking(reader, &target, &what)
     });
-    let mut stream_error = None;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => {
-                if tx.send(chunk).await.is_err() {
-                    break; // the worker stopped early (it reports why)
-                }
-            }
-            Err(e) => {
-                stream_error = Some(e);
-                break;
+    let feed = async {
+        while let Some(item) = stream.next().await {
+            let chunk = item?;
+            if tx.send(chunk).await.is_err() {
+                break; // the worker stopped early (it reports why)
             }
         }
-    }
+        Ok(())
+    };
+    let fed = match tokio::time::timeout(deadline, feed).await {
+        Ok(fed) => fed,
+        Err(_) => Err(SandboxError::Io(format!(
+            "{shown}: the archive stream did not finish within {} s",
+            deadline.as_secs_f64()
+        ))),
+    };
     drop(tx);
     let result = worker
         .await
         .map_err(|e| SandboxError::Io(format!("unpacking thread failed: {e}")))?;
-    match stream_error {
-        Some(e) => Err(e),
-        None => result,
-    }
+    fed.and(result)
 }
 
 /// `root/a/b` → `a/b`; refuses absolute paths and `..`.
@@ -364,48 +387,6 @@ fn escape(path: &Path) -> SandboxError {
         "archive entry {} would land outside the target directory",
         path.display()
     ))
-}
-
-/// True when the link at `rel` (relative to the tree root) pointing at `target` resolves
-/// inside the tree.
-pub(crate) fn link_stays_inside(rel: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut depth = rel.components().count() as i64 - 1;
-    for c in target.components() {
-        match c {
-            Component::ParentDir => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            Component::Normal(_) => depth += 1,
-            Component::CurDir => {}
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// Refuses to write below a symbolic link inside the target tree (a link that was just
-/// extracted could otherwise redirect later entries outside it).
-fn check_no_link_ancestors(root: &Path, rel: &Path) -> Result<(), SandboxError> {
-    let mut cur = root.to_path_buf();
-    if let Some(parent) = rel.parent() {
-        for c in parent.components() {
-            cur.push(c);
-            if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-                return Err(SandboxError::Path(format!(
-                    "{} goes through the symbolic link {}",
-                    rel.display(),
-                    cur.display()
-                )));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn unpack_blocking(
@@ -456,20 +437,12 @@ fn unpack_blocking(
                     return Ok(Unpacked::Link(link));
                 }
                 (Unpack::Memory { limit }, tar::EntryType::Regular) => {
-                    let size = entry.header().size().unwrap_or(0);
-                    if size > *limit {
-                        return Err(SandboxError::Io(format!(
-                            "{what} is {size} bytes, over the {limit}-byte limit for reading into memory"
-                        )));
-                    }
-                    let mut bytes = Vec::with_capacity(size as usize);
-                    entry
-                        .read_to_end(&mut bytes)
-                        .map_err(|e| io_error(what, e))?;
-                    return Ok(Unpacked::Bytes(bytes));
+                    // `size()` is the PAX size when there is one (the header may say 0).
+                    let size = entry.size();
+                    return read_capped(&mut entry, size, *limit, what).map(Unpacked::Bytes);
                 }
                 (Unpack::File(dest), tar::EntryType::Regular) => {
-                    let size = write_file_atomically(&mut entry, dest)?;
+                    let size = write_file_atomically(&mut entry, dest, None)?;
                     return Ok(Unpacked::Written(Transfer {
                         files: 1,
                         bytes: size,
@@ -485,18 +458,21 @@ fn unpack_blocking(
         let dest = root.join(&rel);
         match kind {
             tar::EntryType::Directory => {
+                refuse_dir_over_link(&dest)?;
                 fs::create_dir_all(&dest).map_err(|e| io_error(dest.display(), e))?;
                 if let Ok(mode) = entry.header().mode() {
+                    refuse_dir_over_link(&dest)?;
                     let _ = fs::set_permissions(&dest, fs::Permissions::from_mode(mode & 0o7777));
                 }
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 ensure_parent(&dest)?;
+                let size = entry.size();
                 entry
                     .unpack(&dest)
                     .map_err(|e| io_error(dest.display(), e))?;
                 stats.files += 1;
-                stats.bytes += entry.header().size().unwrap_or(0);
+                stats.bytes += size;
             }
             tar::EntryType::Symlink => {
                 let link = entry
@@ -504,17 +480,15 @@ fn unpack_blocking(
                     .map_err(|e| io_error(dest.display(), e))?
                     .ok_or_else(|| SandboxError::Io(format!("{}: empty link", rel.display())))?
                     .into_owned();
-                if !link_stays_inside(&rel, &link) {
+                ensure_parent(&dest)?;
+                if !link_resolves_inside(root, &rel, &link) {
                     return Err(SandboxError::Path(format!(
                         "symbolic link {} -> {} points outside the target directory",
                         rel.display(),
                         link.display()
                     )));
                 }
-                ensure_parent(&dest)?;
-                let _ = fs::remove_file(&dest);
-                std::os::unix::fs::symlink(&link, &dest)
-                    .map_err(|e| io_error(dest.display(), e))?;
+                write_link(&dest, &link)?;
             }
             tar::EntryType::Link => {
                 let link = entry
@@ -524,6 +498,15 @@ fn unpack_blocking(
                     .into_owned();
                 let source_rel = below_root(&link)?;
                 check_no_link_ancestors(root, &source_rel)?;
+                if super::links::is_link(&root.join(&source_rel)) {
+                    // A hard link to a symbolic link is a copy of it somewhere else, where
+                    // its relative target means something else.
+                    return Err(SandboxError::Path(format!(
+                        "hard link {} to the symbolic link {} is not extracted",
+                        rel.display(),
+                        source_rel.display()
+                    )));
+                }
                 ensure_parent(&dest)?;
                 let _ = fs::remove_file(&dest);
                 fs::hard_link(root.join(&source_rel), &dest)
@@ -547,7 +530,11 @@ fn ensure_parent(dest: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-fn write_file_atomically(src: &mut impl Read, dest: &Path) -> Result<u64, SandboxError> {
+fn write_file_atomically(
+    src: &mut impl Read,
+    dest: &Path,
+    mode: Option<fs::Permissions>,
+) -> Result<u64, SandboxError> {
     ensure_parent(dest)?;
     let parent = dest.parent().unwrap_or(Path::new("."));
     let name = dest
@@ -558,6 +545,10 @@ fn write_file_atomically(src: &mut impl Read, dest: &Path) -> Result<u64, Sandbo
     let result = (|| {
         let mut file = fs::File::create(&tmp)?;
         let n = io::copy(src, &mut file)?;
+        if let Some(mode) = mode {
+            // On the open file, never through a path (which a link could redirect).
+            file.set_permissions(mode)?;
+        }
         file.sync_all()?;
         fs::rename(&tmp, dest)?;
         Ok(n)
@@ -570,19 +561,17 @@ fn write_file_atomically(src: &mut impl Read, dest: &Path) -> Result<u64, Sandbo
 
 /// Copies a file between host paths (the local backend's transfer), creating parents and
 /// keeping permission bits.
+/// Only regular files are copied (a FIFO or device is refused without blocking).
 pub(crate) fn copy_file(src: &Path, dest: &Path) -> Result<Transfer, SandboxError> {
-    let meta = fs::metadata(src).map_err(|e| io_error(src.display(), e))?;
-    if meta.is_dir() {
-        return Err(SandboxError::IsDirectory(src.display().to_string()));
-    }
-    let mut file = fs::File::open(src).map_err(|e| io_error(src.display(), e))?;
-    let bytes = write_file_atomically(&mut file, dest)?;
-    fs::set_permissions(dest, meta.permissions()).map_err(|e| io_error(dest.display(), e))?;
+    let mut file = open_regular(src, &src.display().to_string())?;
+    let meta = file.metadata().map_err(|e| io_error(src.display(), e))?;
+    let bytes = write_file_atomically(&mut file, dest, Some(meta.permissions()))?;
     Ok(Transfer { files: 1, bytes })
 }
 
 /// Copies the contents of directory `src` into `dest` (created), under the same link policy
-/// as archive extraction: links are copied as links and must point inside the tree.
+/// as archive extraction: links are copied as links and must resolve inside the tree;
+/// nothing is written or chmod-ed through a link already in `dest`.
 pub(crate) fn copy_tree(src: &Path, dest: &Path) -> Result<Transfer, SandboxError> {
     let meta = fs::metadata(src).map_err(|e| io_error(src.display(), e))?;
     if !meta.is_dir() {
@@ -591,6 +580,7 @@ pub(crate) fn copy_tree(src: &Path, dest: &Path) -> Result<Transfer, SandboxErro
             src.display()
         )));
     }
+    refuse_dir_over_link(dest)?;
     fs::create_dir_all(dest).map_err(|e| io_error(dest.display(), e))?;
     let mut stats = Transfer::default();
     copy_tree_rel(src, dest, Path::new(""), &mut stats)?;
@@ -607,19 +597,21 @@ fn copy_tree_rel(
         let rel = rel.join(entry.file_name());
         let (from, to) = (src_root.join(&rel), dest_root.join(&rel));
         let meta = fs::symlink_metadata(&from).map_err(|e| io_error(from.display(), e))?;
+        check_no_link_ancestors(dest_root, &rel)?;
         if meta.file_type().is_symlink() {
             let link = fs::read_link(&from).map_err(|e| io_error(from.display(), e))?;
-            if !link_stays_inside(&rel, &link) {
+            if !link_resolves_inside(dest_root, &rel, &link) {
                 return Err(SandboxError::Path(format!(
                     "symbolic link {} -> {} points outside the directory",
                     rel.display(),
                     link.display()
                 )));
             }
-            let _ = fs::remove_file(&to);
-            std::os::unix::fs::symlink(&link, &to).map_err(|e| io_error(to.display(), e))?;
+            write_link(&to, &link)?;
         } else if meta.is_dir() {
+            refuse_dir_over_link(&to)?;
             fs::create_dir_all(&to).map_err(|e| io_error(to.display(), e))?;
+            refuse_dir_over_link(&to)?;
             fs::set_permissions(&to, meta.permissions()).map_err(|e| io_error(to.display(), e))?;
             copy_tree_rel(src_root, dest_root, &rel, stats)?;
         } else if meta.is_file() {
@@ -643,14 +635,6 @@ mod tests {
         assert!(below_root(Path::new("/etc/passwd")).is_err());
     }
 
-    #[test]
-    fn link_targets_must_stay_inside() {
-        assert!(link_stays_inside(Path::new("a/l"), Path::new("../b")));
-        assert!(link_stays_inside(Path::new("l"), Path::new("sub/x")));
-        assert!(!link_stays_inside(Path::new("a/l"), Path::new("../../x")));
-        assert!(!link_stays_inside(Path::new("l"), Path::new("/etc/passwd")));
-    }
-
     #[tokio::test]
     async fn a_tar_with_dot_dot_is_refused() {
         let mut raw = tar::Builder::new(Vec::new());
@@ -670,5 +654,172 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, SandboxError::Path(_)), "{err}");
         assert!(!dir.path().join("escape").exists());
+    }
+
+    /// One PAX record `"<len> key=value\n"`, where `<len>` counts the whole record.
+    fn pax_record(key: &str, value: &str) -> Vec<u8> {
+        let body = format!(" {key}={value}\n");
+        let mut len = body.len() + 1;
+        while (len.to_string().len() + body.len()) != len {
+            len += 1;
+        }
+        format!("{len}{body}").into_bytes()
+    }
+
+    /// A tar whose entry `root` has header size 0 and a PAX size of `pax_size`.
+    fn pax_tar_header(pax_size: u64) -> Vec<u8> {
+        let mut raw = tar::Builder::new(Vec::new());
+        let records = pax_record("size", &pax_size.to_string());
+        let mut x = tar::Header::new_ustar();
+        x.set_entry_type(tar::EntryType::XHeader);
+        x.set_path("PaxHeaders/root").unwrap();
+        x.set_size(records.len() as u64);
+        x.set_mode(0o644);
+        x.set_cksum();
+        raw.append(&x, records.as_slice()).unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_path("root").unwrap();
+        h.set_size(0);
+        h.set_mode(0o644);
+        h.set_cksum();
+        raw.append(&h, io::empty()).unwrap();
+        // `into_inner` would append the end-of-archive blocks; keep only the two headers.
+        let mut bytes = raw.into_inner().unwrap();
+        bytes.truncate(512 + 512 + 512);
+        bytes
+    }
+
+    #[tokio::test]
+    async fn a_pax_size_over_the_limit_is_refused_before_reading_the_data() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let sent = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&sent);
+        // Header size 0, PAX size 1 TiB, then an endless body.
+        let head = futures::stream::iter([Ok(Bytes::from(pax_tar_header(1 << 40)))]);
+        let body = futures::stream::repeat_with(|| Ok(Bytes::from(vec![0u8; CHUNK])));
+        let stream = head.chain(body).map(move |c: Result<Bytes, SandboxError>| {
+            if let Ok(c) = &c {
+                counter.fetch_add(c.len() as u64, Ordering::Relaxed);
+            }
+            c
+        });
+        let err = unpack(
+            Box::pin(stream),
+            Unpack::Memory { limit: 100 << 20 },
+            "f".into(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("1099511627776 bytes, over the 104857600-byte limit"),
+            "{err}"
+        );
+        let read = sent.load(Ordering::Relaxed);
+        eprintln!("crafted PAX tar refused after {read} bytes streamed");
+        assert!(read < 16 << 20, "stopped early: {read} bytes");
+    }
+
+    #[tokio::test]
+    async fn a_pax_size_within_the_limit_reads_the_data() {
+        let mut bytes = pax_tar_header(5);
+        bytes.extend_from_slice(b"hello");
+        bytes.resize(bytes.len() + 512 - 5 + 1024, 0);
+        let stream = futures::stream::iter([Ok(Bytes::from(bytes))]);
+        match unpack(stream, Unpack::Memory { limit: 100 }, "f".into()).await {
+            Ok(Unpacked::Bytes(b)) => assert_eq!(b, b"hello"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_archive_stream_fails_at_its_deadline() {
+        let head = futures::stream::iter([Ok(Bytes::from(vec![0u8; 100]))]);
+        let stalled = head.chain(futures::stream::pending());
+        let started = std::time::Instant::now();
+        let err = unpack_within(
+            Box::pin(stalled),
+            Unpack::Memory { limit: 100 },
+            "f".into(),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("did not finish within 0.2 s"),
+            "{err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    /// A hand-made archive (what an agent-replaced `tar` could send): entries in order.
+    fn crafted(entries: &[(&str, tar::EntryType, &str, u32)]) -> Bytes {
+        let mut raw = tar::Builder::new(Vec::new());
+        for (name, kind, link, mode) in entries {
+            let mut h = header(*kind, *mode, 0, 0);
+            if *kind == tar::EntryType::Symlink || *kind == tar::EntryType::Link {
+                raw.append_link(&mut h, name, link).unwrap();
+            } else {
+                raw.append_data(&mut h, name, io::empty()).unwrap();
+            }
+        }
+        Bytes::from(raw.into_inner().unwrap())
+    }
+
+    async fn unpack_crafted(bytes: Bytes, target: &Path) -> Result<Unpacked, SandboxError> {
+        let stream = futures::stream::iter(vec![Ok(bytes)]);
+        unpack(stream, Unpack::Dir(target.to_path_buf()), "root".into()).await
+    }
+
+    #[tokio::test]
+    async fn a_directory_entry_over_a_link_is_not_created_or_chmodded() {
+        use tar::EntryType::{Directory, Symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/sub/", Directory, "", 0o700),
+            ("root/l", Symlink, "sub", 0o777),
+            ("root/l/", Directory, "", 0o777),
+        ]);
+        let err = unpack_crafted(bytes, &target).await.unwrap_err();
+        assert!(matches!(err, SandboxError::Path(_)), "{err}");
+        let mode = fs::metadata(target.join("sub"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "no chmod through the link");
+    }
+
+    #[tokio::test]
+    async fn links_are_not_retargeted_and_hard_links_to_links_are_refused() {
+        use tar::EntryType::{Directory, Link, Symlink};
+        let dir = tempfile::tempdir().unwrap();
+        // `m` resolves inside while `k -> a/b`; retargeting `k` to `.` would move it out.
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/a/b/", Directory, "", 0o755),
+            ("root/k", Symlink, "a/b", 0o777),
+            ("root/m", Symlink, "k/../..", 0o777),
+            ("root/k", Symlink, ".", 0o777),
+        ]);
+        let err = unpack_crafted(bytes, &dir.path().join("one"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already a symbolic link"), "{err}");
+        // A hard link to `a/b/l -> ../../x` placed at the root would point outside.
+        let bytes = crafted(&[
+            ("root/", Directory, "", 0o755),
+            ("root/a/b/", Directory, "", 0o755),
+            ("root/a/b/l", Symlink, "../../x", 0o777),
+            ("root/h", Link, "root/a/b/l", 0o644),
+        ]);
+        let err = unpack_crafted(bytes, &dir.path().join("two"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("hard link"), "{err}");
+        assert!(!dir.path().join("two/h").exists());
     }
 }

@@ -1,8 +1,11 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
 //! start of its persistent working directory) and each command its own process group, killed
-//! on timeout and at teardown. It is not a security boundary (absolute paths reach the host);
-//! use it to develop environments without Docker. File transfers are plain copies.
+//! on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
+//! boundary (same user, same network, absolute paths reach the host); use it to develop
+//! environments without Docker. File transfers are plain copies.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -14,6 +17,8 @@ use tokio::process::Command;
 use tokio::time::{sleep_until, Instant};
 
 use super::archive::{copy_file, copy_tree};
+use super::bounded::{read_regular, READ_LIMIT};
+use super::links::check_no_link_ancestors;
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
@@ -24,10 +29,41 @@ use super::{
 /// that closed the stream, or a daemon that keeps writing).
 const DRAIN_MAX: Duration = Duration::from_millis(500);
 
+/// Host variables a local command keeps (besides `HOME`, which is its scratch directory):
+/// what programs need to find binaries, print text and know the time zone. Variables
+/// starting with `LC_` are kept too.
+const INHERITED: &[&str] = &["PATH", "LANG", "TERM", "TZ", "USER", "SHELL"];
+
+/// `PATH` when the host process has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The whole environment of a local command: the allowlisted host variables
+/// ([`INHERITED`], `LC_*`), `HOME` = the scratch directory, then the author's
+/// `container_env` (`KEY=VALUE`, later entries win). Nothing else of the host is inherited.
+fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            INHERITED.contains(&k.as_ref()) || k.starts_with("LC_")
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push(("HOME".into(), home.into()));
+    for entry in extra {
+        let (k, v) = entry.split_once('=').unwrap_or((entry, ""));
+        env.retain(|(old, _)| old != k);
+        env.push((k.into(), v.into()));
+    }
+    env
+}
+
 /// Creates one scratch directory per task under a per-run root.
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
+    env: Vec<String>,
 }
 
 impl LocalProvider {
@@ -36,7 +72,17 @@ impl LocalProvider {
         let root =
             std::env::temp_dir().join(format!("hermes-env-{}-{}", std::process::id(), short_id()));
         std::fs::create_dir_all(&root)?;
-        Ok(LocalProvider { root })
+        Ok(LocalProvider {
+            root,
+            env: Vec::new(),
+        })
+    }
+
+    /// Adds the author's `container_env` (`KEY=VALUE` entries) to every command's
+    /// environment, as the Docker backend does.
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env;
+        self
     }
 
     /// The per-run root directory.
@@ -76,7 +122,9 @@ impl SandboxProvider for LocalProvider {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
-        Ok(Arc::new(LocalSandbox::new(task_id, dir)))
+        Ok(Arc::new(
+            LocalSandbox::new(task_id, dir).with_env(&self.env),
+        ))
     }
 }
 
@@ -89,19 +137,28 @@ pub struct LocalSandbox {
     dir_str: String,
     cwd: Mutex<PathBuf>,
     process_groups: Mutex<Vec<i32>>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl LocalSandbox {
     /// A sandbox over an existing directory.
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
+        let env = sandbox_env(&dir, &[]);
         LocalSandbox {
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
             dir,
             dir_str,
             process_groups: Mutex::new(Vec::new()),
+            env,
         }
+    }
+
+    /// Adds `KEY=VALUE` entries to every command's environment.
+    pub fn with_env(mut self, extra: &[String]) -> Self {
+        self.env = sandbox_env(&self.dir, extra);
+        self
     }
 
     /// Resolves `~`, `~/x` and relative paths against the scratch directory.
@@ -112,6 +169,16 @@ impl LocalSandbox {
             self.dir.join(rest)
         } else {
             self.dir.join(path)
+        }
+    }
+
+    /// Refuses an upload whose destination inside the scratch directory lies below a
+    /// symbolic link (one the agent planted could send it anywhere on the host; the
+    /// destination itself is checked by the copy).
+    fn refuse_planted_links(&self, dest: &Path) -> Result<(), SandboxError> {
+        match dest.strip_prefix(&self.dir) {
+            Ok(rel) => check_no_link_ancestors(&self.dir, rel),
+            Err(_) => Ok(()),
         }
     }
 
@@ -172,7 +239,8 @@ impl Sandbox for LocalSandbox {
         let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(&self.dir)
-            .env("HOME", &self.dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -263,13 +331,8 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let p = self.resolve(path);
-        if p.is_dir() {
-            return Err(SandboxError::IsDirectory(path.to_owned()));
-        }
-        tokio::fs::read(&p)
-            .await
-            .map_err(|e| io_err(Path::new(path), e))
+        let (p, shown) = (self.resolve(path), path.to_owned());
+        blocking(move || read_regular(&p, &shown, READ_LIMIT)).await
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
@@ -304,11 +367,13 @@ impl Sandbox for LocalSandbox {
 
     async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        self.refuse_planted_links(&dest)?;
         blocking(move || copy_file(&src, &dest)).await
     }
 
     async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
+        self.refuse_planted_links(&dest)?;
         blocking(move || copy_tree(&src, &dest)).await
     }
 

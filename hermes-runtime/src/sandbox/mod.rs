@@ -5,7 +5,9 @@
 //! commands through the same shell wrapper, so the working directory persists across commands.
 
 mod archive;
+mod bounded;
 pub mod docker;
+mod links;
 mod local;
 mod output;
 mod shell;
@@ -17,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use bounded::READ_LIMIT;
 pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};
 pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};

@@ -132,8 +132,9 @@ impl<E: Environment> KitBuilder<E> {
         let (sandboxes, local_root): (Arc<dyn SandboxProvider>, Option<PathBuf>) =
             match cfg.env.terminal_backend.as_str() {
                 "local" => {
-                    let provider =
-                        LocalProvider::new().context("cannot create the local sandbox root")?;
+                    let provider = LocalProvider::new()
+                        .context("cannot create the local sandbox root")?
+                        .with_env(cfg.env.container_env.clone().unwrap_or_default());
                     let root = provider.root().to_path_buf();
                     (Arc::new(provider), Some(root))
                 }

@@ -301,9 +301,10 @@ fn parse_v4a(patch: &str) -> Result<Vec<FileOp>, PatchError> {
 /// Position of `want` in `lines` at or after `from`, comparing exactly, then without
 /// trailing whitespace, then trimmed.
 fn find_lines(lines: &[String], want: &[String], from: usize) -> Option<usize> {
+    let last = lines.len().checked_sub(want.len())?;
     let comparisons: [fn(&str) -> &str; 3] = [|s| s, str::trim_end, str::trim];
     for cmp in comparisons {
-        let hit = (from..=lines.len().saturating_sub(want.len())).find(|&i| {
+        let hit = (from..=last).find(|&i| {
             lines[i..i + want.len()]
                 .iter()
                 .zip(want)

@@ -402,7 +402,7 @@ async fn log(
         &lines[total.saturating_sub(limit)..]
     } else {
         let start = offset.min(total);
-        &lines[start..(start + limit).min(total)]
+        &lines[start..start.saturating_add(limit).min(total)]
     };
     Ok(
         json!({"session_id": r.id, "status": r.status(), "output": selected.join("\n"),

@@ -145,7 +145,7 @@ async fn search(
     }
     let raw_truncated = out.output.len() >= RAW_LIMIT;
     let mut m = Map::new();
-    let page = |n: usize| (offset.min(n), (offset + limit).min(n));
+    let page = |n: usize| (offset.min(n), offset.saturating_add(limit).min(n));
     if target == "files" {
         let files: Vec<String> = out
             .output

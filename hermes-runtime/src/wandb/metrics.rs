@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::agent::clip;
 use crate::atropos::{DropReason, ScoredDataGroup};
+use crate::config::redact::{redact, redact_text, scrub};
 use crate::config::HermesEnvConfig;
 use crate::env::{Environment, FailureCounts, FailureKind, Metrics, ScoredRollout};
 use crate::llm::{Message, RequestStats};
@@ -172,57 +173,30 @@ pub fn format_transcript(messages: &[Message]) -> String {
                     ));
                 }
             }
-            "tool" => sections.push(format!("[TOOL RESULT] {}", clip(&m.content, 500))),
+            "tool" => sections.push(format!(
+                "[TOOL RESULT] {}",
+                clip(&redact_text(&m.content), 500)
+            )),
             other => sections.push(format!("[{}]\n{}", other.to_uppercase(), m.content)),
         }
     }
     if sections.is_empty() {
         "(no data)".into()
     } else {
-        sections.join("\n\n")
+        scrub(&sections.join("\n\n")).into_owned()
     }
 }
 
-fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    [
-        "key",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "authorization",
-        "credential",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
-}
-
-fn redact_value(v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            for (k, v) in map.iter_mut() {
-                if is_secret_key(k) && !v.is_null() {
-                    *v = Value::String("<redacted>".into());
-                } else {
-                    redact_value(v);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(redact_value),
-        _ => {}
-    }
-}
-
-/// Tool-call arguments with the values of secret-looking keys (`api_key`, `token`,
-/// `password`, …) replaced by `<redacted>`; text that is not a JSON object is kept.
+/// Tool-call arguments with secrets redacted ([`crate::config::redact`]: values of
+/// secret-looking keys such as `api_key` or `token`, URL credentials, known secret values);
+/// text that is not a JSON object is redacted as text.
 pub fn redact_arguments(arguments: &str) -> String {
     match serde_json::from_str::<Value>(arguments) {
         Ok(mut v @ Value::Object(_)) => {
-            redact_value(&mut v);
+            redact(&mut v);
             v.to_string()
         }
-        _ => arguments.to_owned(),
+        _ => redact_text(arguments).into_owned(),
     }
 }
 
@@ -298,7 +272,7 @@ impl<I> TrainMetrics<I> {
                     turn: e.turn,
                     tool: e.tool_name.clone(),
                     args: clip(&redact_arguments(&e.arguments), 150),
-                    error: clip(&e.error, 300),
+                    error: clip(&redact_text(&e.error), 300),
                 });
             }
         }

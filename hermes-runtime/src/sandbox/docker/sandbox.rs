@@ -26,15 +26,15 @@ use tracing::{debug, warn};
 use super::{Container, Shared};
 use crate::sandbox::archive::{pack, unpack, PackSource, TarStream, Unpack, Unpacked};
 use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use crate::sandbox::{CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+use crate::sandbox::{
+    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer, READ_LIMIT,
+};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
 /// stream), output is still read until the stream is quiet this long …
 const DRAIN_QUIET: Duration = Duration::from_millis(200);
 /// … or at most this long.
 const DRAIN_MAX: Duration = Duration::from_millis(1000);
-/// Largest file `read_file` loads into memory.
-const READ_LIMIT: u64 = 100 * 1024 * 1024;
 /// Deadline of internal helper commands (kill, tar, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 /// Symbolic links followed by `read_file` / `download_file`.
@@ -321,14 +321,13 @@ impl DockerSandbox {
             return Ok(Box::pin(stream));
         }
         let base = abs.rsplit('/').next().unwrap_or("").to_owned();
+        // The shell reports its pid (then becomes tar), so an abandoned tar can be killed.
         let argv = vec![
-            "tar".into(),
+            "sh".into(),
             "-c".into(),
-            "-f".into(),
-            "-".into(),
-            "-C".into(),
+            "echo \"$$\" >&2; exec tar -c -f - -C \"$1\" -- \"$2\"".into(),
+            "hermes".into(),
             parent_of(abs),
-            "--".into(),
             base,
         ];
         let exec_id = self.create_exec(argv, false).await?;
@@ -343,12 +342,26 @@ impl DockerSandbox {
         let (tx, rx) = mpsc::channel::<Result<Bytes, SandboxError>>(8);
         let docker = self.docker().clone();
         let (name, path) = (self.name().to_owned(), abs.to_owned());
+        let user = self.shared.settings.user.clone();
         tokio::spawn(async move {
             let mut err = Vec::new();
-            while let Some(item) = output.next().await {
+            loop {
+                // Once the reader gave up (an entry over the limit, its deadline), kill the
+                // tar: the daemon would otherwise keep draining its output.
+                let item = tokio::select! {
+                    item = output.next() => item,
+                    () = tx.closed() => {
+                        drop(output);
+                        kill_abandoned(&docker, &name, user, &err).await;
+                        return;
+                    }
+                };
+                let Some(item) = item else { break };
                 match item {
                     Ok(LogOutput::StdOut { message }) => {
                         if tx.send(Ok(message)).await.is_err() {
+                            drop(output);
+                            kill_abandoned(&docker, &name, user, &err).await;
                             return;
                         }
                     }
@@ -368,7 +381,13 @@ impl DockerSandbox {
                 }
             };
             if code != 0 {
-                let message = String::from_utf8_lossy(&err).trim().to_owned();
+                let text = String::from_utf8_lossy(&err);
+                // The first line is the pid the shell reported.
+                let message = text
+                    .split_once('\n')
+                    .map_or("", |(_, m)| m)
+                    .trim()
+                    .to_owned();
                 let error = if message.contains("No such file") {
                     SandboxError::NotFound(path)
                 } else {
@@ -471,6 +490,42 @@ impl DockerSandbox {
             Ok(Ok(_)) => debug!(pgid, "timed-out command's process group killed"),
             Ok(Err(e)) => warn!("cannot kill the timed-out command: {e}"),
             Err(_) => warn!("killing the timed-out command did not finish within 10 s"),
+        }
+    }
+}
+
+/// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
+/// stderr (best effort, bounded by 10 s).
+async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
+    let text = String::from_utf8_lossy(stderr);
+    let Some(pid) = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+    else {
+        return;
+    };
+    let config = ExecConfig {
+        cmd: Some(vec!["kill".into(), "-KILL".into(), pid.to_string()]),
+        user,
+        ..Default::default()
+    };
+    let kill = async {
+        let created = docker.create_exec(container, config).await?;
+        let options = bollard::exec::StartExecOptions {
+            detach: true,
+            ..Default::default()
+        };
+        docker
+            .start_exec(&created.id, Some(options))
+            .await
+            .map(|_| ())
+    };
+    match tokio::time::timeout(Duration::from_secs(10), kill).await {
+        Ok(Ok(())) => debug!(pid, "abandoned tar killed"),
+        Ok(Err(e)) => warn!("cannot kill the abandoned tar (pid {pid}) in {container}: {e}"),
+        Err(_) => {
+            warn!("killing the abandoned tar (pid {pid}) in {container} did not finish within 10 s")
         }
     }
 }
