@@ -296,7 +296,7 @@ async fn one_dead_server_of_two_every_request_succeeds_and_it_is_marked_down_onc
         results.iter().find(|r| r.is_err())
     );
     assert_eq!(live.request_count(), 60, "each request answered once");
-    assert_eq!(llm.pool().down_servers(), [dead.clone()]);
+    assert_eq!(llm.pool().down_servers(), [dead.as_str()]);
     let down = logs.lines_with("marked down");
     assert_eq!(down.len(), 1, "one line for the outage: {down:?}");
     assert!(
@@ -570,7 +570,7 @@ async fn all_servers_failing_is_one_line_naming_the_cause() {
         err.to_string(),
         format!("LLM server {dead} unreachable after 3 attempts: connection refused")
     );
-    assert_eq!(llm.pool().down_servers(), [dead.clone()]);
+    assert_eq!(llm.pool().down_servers(), [dead.as_str()]);
     let again = llm.chat(&chat_request()).await.unwrap_err();
     assert_eq!(
         again.to_string(),
@@ -642,7 +642,7 @@ async fn health_check_marks_a_dead_server_down_and_fails_when_none_passes() {
         fast_retries(3),
     );
     both.check_health().await.unwrap();
-    assert_eq!(both.down_servers(), [dead.clone()]);
+    assert_eq!(both.down_servers(), [dead.as_str()]);
     let lines = logs.lines_with("failed its health check");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("WARN") && lines[0].contains(&dead));

@@ -268,12 +268,13 @@ impl ServerPool {
         F: FnMut(Arc<Endpoint>) -> Fut,
         Fut: Future<Output = Result<T, AttemptError>>,
     {
-        let started = Instant::now();
+        let mut first_slot_at = None;
         let mut tried: Vec<usize> = Vec::new();
         let mut avoid = None;
         let mut n = 1;
         loop {
             let mut slot = self.acquire(split, avoid).await;
+            let started = *first_slot_at.get_or_insert_with(Instant::now);
             let index = slot.index;
             if !tried.contains(&index) {
                 tried.push(index);
@@ -350,6 +351,22 @@ impl ServerPool {
         }
     }
 
+    fn announce_down(&self, endpoint: &Endpoint, last: &HttpFailure) {
+        let routing = if self.endpoints.len() > 1 {
+            format!(
+                "requests go to the other servers while one is up, and one probes it again after \
+                 {:?} (--env.llm_server_cooldown)",
+                self.failover.cooldown
+            )
+        } else {
+            "it is the only server, so requests keep trying it".to_owned()
+        };
+        warn!(
+            "LLM server {} marked down after {} consecutive failures (last: {last}); {routing}",
+            endpoint.base, self.failover.failures_to_mark_down
+        );
+    }
+
     fn record_stats(&self, index: usize, split: Split, started: Instant, attempts: u32) {
         self.lock()[index]
             .stats
@@ -376,12 +393,8 @@ impl ServerPool {
         }
     }
 
-    /// A slot on the best server now, or how long to wait (`None`: until something changes).
-    ///
-    /// Preference: a down server whose probe is due; then the least-loaded server that is up
-    /// (not the one that just failed); then that one; then down servers (so requests still go
-    /// somewhere when every server is down). Within the best group that has any server, a full
-    /// or `Retry-After`-paced server means waiting rather than falling back.
+    /// A slot on the best server now (see [`choose`]), or how long to wait (`None`: until
+    /// something changes).
     fn try_pick(
         &self,
         split: Split,
@@ -394,42 +407,23 @@ impl ServerPool {
         let weight = f64::from_bits(self.weight.load(Ordering::Relaxed));
         let s = split_index(split);
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let free = |i: usize, st: &EndpointState| {
-            weighted(self.endpoints[i].limits[s], weight).saturating_sub(st.in_use[s])
-        };
-        let paced = |st: &EndpointState| st.paced_until.filter(|&t| t > now);
-        let usable = |i: usize, st: &EndpointState| free(i, st) > 0 && paced(st).is_none();
-        let group = |i: usize, st: &EndpointState| match (st.health.standing(now), Some(i) == avoid)
-        {
-            (Standing::ProbeDue, false) => 0,
-            (Standing::Up, false) => 1,
-            (Standing::Up, true) => 2,
-            (_, false) => 3,
-            (_, true) => 4,
-        };
-        let order: Vec<usize> = (0..count).map(|k| (start + k) % count).collect();
-        let best = order
-            .iter()
-            .map(|&i| (i, group(i, &state[i])))
-            .filter(|&(i, g)| g != 0 || usable(i, &state[i]))
-            .map(|(_, g)| g)
-            .min()
-            .expect("at least one server");
-        let members = || {
-            order
-                .iter()
-                .copied()
-                .filter(|&i| group(i, &state[i]) == best)
-        };
-        let chosen = members()
-            .filter(|&i| usable(i, &state[i]))
-            .max_by_key(|&i| free(i, &state[i]));
-        let Some(index) = chosen else {
-            return Err(members().filter_map(|i| paced(&state[i])).min());
-        };
-        let probe = best == 0;
+        let candidates: Vec<Candidate> = (0..count)
+            .map(|k| (start + k) % count)
+            .map(|i| {
+                let st = &state[i];
+                Candidate {
+                    index: i,
+                    group: Group::of(st.health.standing(now), Some(i) == avoid),
+                    free: weighted(self.endpoints[i].limits[s], weight)
+                        .saturating_sub(st.in_use[s]),
+                    paced_until: st.paced_until.filter(|&t| t > now),
+                }
+            })
+            .collect();
+        let (index, group) = choose(&candidates)?;
         let st = &mut state[index];
         st.in_use[s] += 1;
+        let probe = group == Group::ProbeDue;
         if probe {
             st.health.start_probe();
         }
@@ -445,6 +439,67 @@ impl ServerPool {
     fn lock(&self) -> MutexGuard<'_, Vec<EndpointState>> {
         self.state.lock().expect("server pool lock poisoned")
     }
+}
+
+/// A server's routing group, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    /// Down, and its probe is due.
+    ProbeDue,
+    /// Up.
+    Up,
+    /// Up, but the request's last attempt just failed there.
+    JustFailed,
+    /// Down.
+    Down,
+    /// Down, and the request's last attempt just failed there.
+    DownJustFailed,
+}
+
+impl Group {
+    fn of(standing: Standing, just_failed: bool) -> Group {
+        match (standing, just_failed) {
+            (Standing::ProbeDue, false) => Group::ProbeDue,
+            (Standing::Up, false) => Group::Up,
+            (Standing::Up, true) => Group::JustFailed,
+            (_, false) => Group::Down,
+            (_, true) => Group::DownJustFailed,
+        }
+    }
+}
+
+/// What the choice knows about one server.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    index: usize,
+    group: Group,
+    free: usize,
+    paced_until: Option<Instant>,
+}
+
+impl Candidate {
+    fn usable(&self) -> bool {
+        self.free > 0 && self.paced_until.is_none()
+    }
+}
+
+/// The server for the next attempt: the best group that has a server (a probe only counts when
+/// it can be sent now), and in it the usable server with the most free slots. When that group's
+/// servers are all full or paced by `Retry-After`, the request waits for them (until the
+/// earliest `Retry-After`, or a change) rather than falling back to a worse group.
+fn choose(candidates: &[Candidate]) -> Result<(usize, Group), Option<Instant>> {
+    let best = candidates
+        .iter()
+        .filter(|c| c.group != Group::ProbeDue || c.usable())
+        .map(|c| c.group)
+        .min()
+        .expect("at least one server");
+    let members = || candidates.iter().filter(|c| c.group == best);
+    members()
+        .filter(|c| c.usable())
+        .max_by_key(|c| c.free)
+        .map(|c| (c.index, best))
+        .ok_or_else(|| members().filter_map(|c| c.paced_until).min())
 }
 
 fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
@@ -514,12 +569,7 @@ impl Slot<'_> {
         match failure {
             Some(f) if f.is_server_fault() => {
                 if st.health.faulted(now, &pool.failover) {
-                    warn!(
-                        "LLM server {} marked down after {} consecutive failures (last: {f}); requests \
-                         prefer the other servers and one probes it again after {:?} \
-                         (--env.llm_server_cooldown)",
-                        endpoint.base, pool.failover.failures_to_mark_down, pool.failover.cooldown
-                    );
+                    pool.announce_down(endpoint, f);
                 }
             }
             _ => {
@@ -576,6 +626,58 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn server(index: usize, group: Group, free: usize) -> Candidate {
+        Candidate {
+            index,
+            group,
+            free,
+            paced_until: None,
+        }
+    }
+
+    #[test]
+    fn a_retry_goes_to_another_up_server_and_waits_for_it_when_full() {
+        let up = server(1, Group::Up, 3);
+        let failed = server(0, Group::JustFailed, 5);
+        assert_eq!(choose(&[failed, up]), Ok((1, Group::Up)));
+        let full = server(1, Group::Up, 0);
+        assert_eq!(choose(&[failed, full]), Err(None), "wait for the up server");
+        let down = server(1, Group::Down, 5);
+        assert_eq!(
+            choose(&[failed, down]),
+            Ok((0, Group::JustFailed)),
+            "no other server is up: the one that just failed"
+        );
+    }
+
+    #[test]
+    fn a_due_probe_comes_first_and_down_servers_still_serve_when_none_is_up() {
+        let probe = server(2, Group::ProbeDue, 1);
+        let up = server(1, Group::Up, 9);
+        assert_eq!(choose(&[up, probe]), Ok((2, Group::ProbeDue)));
+        let full_probe = server(2, Group::ProbeDue, 0);
+        assert_eq!(choose(&[up, full_probe]), Ok((1, Group::Up)));
+        let down = [
+            server(0, Group::Down, 1),
+            server(1, Group::DownJustFailed, 4),
+        ];
+        assert_eq!(choose(&down), Ok((0, Group::Down)));
+    }
+
+    #[test]
+    fn a_paced_server_is_waited_for_until_its_retry_after() {
+        let until = Instant::now() + Duration::from_secs(1);
+        let paced = Candidate {
+            paced_until: Some(until),
+            ..server(0, Group::Up, 4)
+        };
+        assert_eq!(choose(&[paced]), Err(Some(until)));
+        assert_eq!(
+            choose(&[paced, server(1, Group::Up, 1)]),
+            Ok((1, Group::Up))
+        );
+    }
 
     #[test]
     fn weighted_limits_never_reach_zero() {
