@@ -816,3 +816,83 @@ async fn a_multi_turn_rollout_finishes_with_every_tool_result_when_one_server_of
         "some turns went to the dead server first and failed over: {attempts:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A whole `process` run
+
+/// `process` of the terminal_test example with two servers in YAML, the first one dead: with
+/// the start-up health check it is marked down before the run, without it during the run (one
+/// line either way), and every group is written with complete rollouts.
+#[tokio::test(flavor = "multi_thread")]
+async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
+    let live = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("finished")
+        } else {
+            Reply::tool("terminal", json!({"command": "echo 579 > ~/answer.txt"}))
+        }
+    })
+    .await
+    .unwrap();
+    let dead = dead_url().await;
+    for health_check in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "openai:\n  - {{base_url: \"{dead}\", model_name: M, health_check: {health_check}}}\n  \
+             - {{base_url: \"{}\", model_name: M, health_check: {health_check}}}\n\
+             env:\n  total_steps: 10\n  group_size: 2\n  use_wandb: false\n  \
+             data_path_to_save_groups: output.jsonl\n  llm_retry_backoff: 0.01\n",
+            live.base_url()
+        );
+        std::fs::write(tmp.path().join("config.yaml"), yaml).unwrap();
+        let out = tokio::process::Command::new(common::example_bin("terminal_test"))
+            .args(["process", "--config", "config.yaml"])
+            .current_dir(tmp.path())
+            .env("TMPDIR", tmp.path())
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let text = std::fs::read_to_string(tmp.path().join("output.jsonl")).unwrap();
+        let groups: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(groups.len(), 10, "every group written");
+        let scores: Vec<f64> = groups
+            .iter()
+            .map(|g| g["scores"][0].as_f64().unwrap())
+            .collect();
+        assert_eq!(
+            scores,
+            [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+            "the same scores as with one live server: only the 123+456 task is solved"
+        );
+        for g in &groups {
+            for convo in g["messages"].as_array().unwrap() {
+                let convo = convo.as_array().unwrap();
+                assert!(convo.iter().any(|m| m["role"] == "tool"), "the tool ran");
+                assert_eq!(
+                    convo.last().unwrap()["content"],
+                    "finished",
+                    "rollout complete"
+                );
+            }
+        }
+        let (checked, marked) = (
+            stderr.matches("failed its health check").count(),
+            stderr.matches("marked down after").count(),
+        );
+        let expected = if health_check { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            (checked, marked),
+            expected,
+            "health_check {health_check}: {stderr}"
+        );
+        assert!(!stderr.contains("LLM call failed"), "{stderr}");
+    }
+}
