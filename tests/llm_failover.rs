@@ -896,3 +896,68 @@ async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
         assert!(!stderr.contains("LLM call failed"), "{stderr}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The flags
+
+fn resolve_flags(
+    args: &[&str],
+) -> Result<hermes_env::config::ResolvedConfig, hermes_env::config::ConfigError> {
+    use hermes_env::config::cli::{parse, Invocation};
+    use hermes_env::config::{EnvDescriptor, HermesEnvConfig, NoConfig};
+    let desc = EnvDescriptor::new::<NoConfig>("my-env", "A test.", HermesEnvConfig::default());
+    let argv = std::iter::once("my-env").chain(args.iter().copied());
+    match parse("my-env", &desc, argv)? {
+        Invocation::Run(mode, flags) => hermes_env::config::resolve(&desc, mode, *flags),
+        _ => panic!("expected a run"),
+    }
+}
+
+#[test]
+fn retry_flags_set_the_policy_and_bad_values_are_one_line_errors() {
+    let cfg = resolve_flags(&[
+        "process",
+        "--env.llm_retries",
+        "5",
+        "--env.llm_retry_backoff",
+        "0.25",
+        "--env.llm_retry_backoff_cap",
+        "2",
+        "--env.llm_server_cooldown",
+        "7.5",
+    ])
+    .unwrap();
+    assert_eq!(
+        RetryPolicy::from_config(&cfg.env),
+        RetryPolicy {
+            attempts: 6,
+            base: Duration::from_millis(250),
+            cap: Duration::from_secs(2),
+        },
+        "llm_retries counts retries after the first attempt"
+    );
+    assert_eq!(
+        Failover::from_config(&cfg.env).cooldown,
+        Duration::from_millis(7500)
+    );
+    for (args, expected) in [
+        (
+            ["--env.llm_retries", "-1"],
+            "env.llm_retries: must be 0 or more, got -1",
+        ),
+        (
+            ["--env.llm_retry_backoff", "-0.5"],
+            "env.llm_retry_backoff: must be 0 or more seconds, got -0.5",
+        ),
+        (
+            ["--env.llm_server_cooldown", "0"],
+            "env.llm_server_cooldown: must be more than 0 seconds, got 0",
+        ),
+    ] {
+        let err = resolve_flags(&["process", args[0], args[1]])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
+}
