@@ -674,6 +674,23 @@ async fn health_check_marks_a_dead_server_down_and_fails_when_none_passes() {
 }
 
 #[tokio::test]
+async fn a_cassette_recorder_passes_the_health_check_of_its_upstream() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let recorder = hermes_env::testing::CassetteRecorder::start(&live.base_url(), None)
+        .await
+        .unwrap();
+    let p = pool(
+        &[server(&recorder.base_url(), ServerType::Openai, 5)],
+        fast_retries(1),
+    );
+    p.check_health().await.unwrap();
+    assert!(
+        recorder.cassette().interactions.is_empty(),
+        "health checks are not recorded"
+    );
+}
+
+#[tokio::test]
 async fn health_check_false_skips_the_check() {
     let dead = dead_url().await;
     let config = ApiServerConfig {
