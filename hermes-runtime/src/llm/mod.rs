@@ -10,6 +10,7 @@ mod http;
 pub mod managed;
 mod pool;
 mod retry;
+mod route;
 mod stats;
 pub mod tokenizer;
 mod types;
