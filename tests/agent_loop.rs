@@ -231,7 +231,10 @@ async fn an_unreachable_server_is_a_clear_error() {
     }
     .run(vec![hermes_env::Message::user("x")])
     .await;
-    assert!(r.llm_error.unwrap().contains("connection failed"));
+    assert_eq!(
+        r.llm_error.as_deref(),
+        Some("LLM server http://127.0.0.1:9/v1 unreachable after 3 attempts: connection refused")
+    );
 }
 
 #[tokio::test]

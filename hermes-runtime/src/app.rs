@@ -15,7 +15,9 @@ use crate::config::cli::{parse, Invocation};
 use crate::config::HermesEnvConfig;
 use crate::config::{resolve, Mode, ResolvedConfig, ServerType};
 use crate::env::{EnvDefinition, Environment};
-use crate::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
+use crate::llm::{
+    ChatTokenizer, Failover, GenerateClient, LlmClient, Phase2, RetryPolicy, ServerPool,
+};
 use crate::modes::{
     run_evaluate, run_process, run_serve, write_evaluate_config, Runtime, ServeOptions, TokenSource,
 };
@@ -278,6 +280,11 @@ pub async fn execute<E: Environment>(
     } else {
         (None, None)
     };
+    let pool = Arc::new(ServerPool::new(
+        &cfg.servers,
+        RetryPolicy::from_config(&cfg.env),
+        Failover::from_config(&cfg.env),
+    )?);
     let tokens = match tokenizer {
         Some(tok) if phase2 => {
             info!(
@@ -285,7 +292,7 @@ pub async fn execute<E: Environment>(
                 cfg.env.tool_call_parser
             );
             TokenSource::Managed(Arc::new(Phase2 {
-                client: GenerateClient::new(&cfg.servers, RetryPolicy::default())?,
+                client: GenerateClient::with_pool(Arc::clone(&pool))?,
                 tokenizer: tok,
                 parser: raw_parser,
                 preserve_think_blocks: cfg.env.thinking_mode,
@@ -312,11 +319,8 @@ pub async fn execute<E: Environment>(
             warn!("Phase 1 (chat completions) without a tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
         }
     }
-    let llm = LlmClient::new(
-        &cfg.servers,
-        cfg.manager.max_n_completions.max(1) as u32,
-        RetryPolicy::default(),
-    )?;
+    pool.check_health().await?;
+    let llm = LlmClient::with_pool(pool, cfg.manager.max_n_completions.max(1) as u32);
     if cfg.mode == Mode::Evaluate {
         if let Some(dir) = &cfg.env.data_dir_to_save_evals {
             write_evaluate_config(dir.as_ref(), &cfg)?;

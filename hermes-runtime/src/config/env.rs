@@ -82,6 +82,14 @@ config_section! {
         min_batch_allocation: Option<f64> = None,
         /// Seconds before a worker is cancelled and its item dropped (<= 0 disables).
         worker_timeout: f64 = 600.0,
+        /// Retries of a failed inference request after its first attempt (2 = 3 attempts in all), each on another server when one is up; a 4xx other than 408/429 is never retried.
+        llm_retries: i64 = 2,
+        /// Backoff base in seconds: before retry n the wait is random in [0, min(cap, base × 2^(n−1))]; a server's Retry-After (429/503, up to 60 s) is waited out before it gets another request.
+        llm_retry_backoff: f64 = 1.0,
+        /// Cap of the retry backoff in seconds.
+        llm_retry_backoff_cap: f64 = 10.0,
+        /// Seconds a server marked down (after 3 consecutive connection errors, timeouts or 5xx) gets no requests while another is up, before one request probes it.
+        llm_server_cooldown: f64 = 30.0,
         /// Ask reasoning models to think (sent as extra_body reasoning settings).
         thinking_mode: bool = false,
         /// Reasoning effort: none, minimal, low, medium, high or xhigh.

@@ -398,6 +398,29 @@ fn validate(env: &HermesEnvConfig) -> Result<(), ConfigError> {
             format!("must be at least 1, got {}", env.max_agent_turns),
         );
     }
+    if env.llm_retries < 0 {
+        return bad(
+            "llm_retries",
+            format!("must be 0 or more, got {}", env.llm_retries),
+        );
+    }
+    for (field, secs) in [
+        ("llm_retry_backoff", env.llm_retry_backoff),
+        ("llm_retry_backoff_cap", env.llm_retry_backoff_cap),
+    ] {
+        if !(secs.is_finite() && secs >= 0.0) {
+            return bad(field, format!("must be 0 or more seconds, got {secs}"));
+        }
+    }
+    if !(env.llm_server_cooldown.is_finite() && env.llm_server_cooldown > 0.0) {
+        return bad(
+            "llm_server_cooldown",
+            format!(
+                "must be more than 0 seconds, got {}",
+                env.llm_server_cooldown
+            ),
+        );
+    }
     if let Some(effort) = &env.reasoning_effort {
         const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
         if !EFFORTS.contains(&effort.as_str()) {

@@ -50,7 +50,7 @@ config_section! {
         base_url: Option<String> = Some(String::new()),
         /// Marks servers that ignore `n` (accepted for compatibility; rollouts use n = 1).
         n_kwarg_is_ignored: bool = false,
-        /// Poll the server's health (accepted for compatibility; failed requests are retried instead).
+        /// Check the server before the run (GET /health on vllm/sglang, else or without it GET /v1/models): a failing server is marked down, none passing stops the run.
         health_check: bool = true,
     }
 }

@@ -1,17 +1,17 @@
 //! Token-in/token-out generation over the native `/generate` endpoints of vLLM and SGLang
 //! (Phase 2): prompt token ids in, output token ids with their logprobs and the finish reason
-//! out. Per-server train/eval limits scaled by the environment's weight, least-loaded server
-//! choice, retries with random exponential backoff on 5xx / 429 / connection errors.
+//! out. Server choice, request limits, retries and failover are the [`ServerPool`]'s.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
-use tokio::sync::{Semaphore, SemaphorePermit};
 
+use super::health::Failover;
+use super::http::post_json;
+use super::pool::{AttemptError, ServerPool};
 use super::{LlmError, RequestStats, RetryPolicy, Split};
 use crate::config::{ApiServerConfig, ServerType};
+use crate::diagnostics::snippet;
 
 /// One `/generate` call: `n` samples continuing `input_ids`.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,16 +67,12 @@ pub fn sglang_body(req: &GenerateRequest) -> Value {
            "return_logprob": true, "return_text_in_logprobs": false})
 }
 
-fn bad(reason: impl Into<String>) -> String {
-    reason.into()
-}
-
 /// Reads a vLLM answer: `logprobs[c][t] = [{"<id>": lp}]` and `finish_reasons[c]`.
 pub fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
     let logprobs = v
         .get("logprobs")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad("no `logprobs` list"))?;
+        .ok_or_else(|| "no `logprobs` list".to_string())?;
     let reasons = v.get("finish_reasons").and_then(Value::as_array);
     logprobs
         .iter()
@@ -84,7 +80,7 @@ pub fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
         .map(|(c, sample)| {
             let steps = sample
                 .as_array()
-                .ok_or_else(|| bad(format!("logprobs[{c}] is not a list")))?;
+                .ok_or_else(|| format!("logprobs[{c}] is not a list"))?;
             let mut ids = Vec::with_capacity(steps.len());
             let mut lps = Vec::with_capacity(steps.len());
             for step in steps {
@@ -93,14 +89,14 @@ pub fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
                     Value::Object(o) => Some(o),
                     _ => None,
                 }
-                .ok_or_else(|| bad(format!("logprobs[{c}] has a malformed step: {step}")))?;
+                .ok_or_else(|| format!("logprobs[{c}] has a malformed step: {step}"))?;
                 let (id, lp) = map
                     .iter()
                     .next()
-                    .ok_or_else(|| bad(format!("logprobs[{c}] has an empty step")))?;
+                    .ok_or_else(|| format!("logprobs[{c}] has an empty step"))?;
                 ids.push(
                     id.parse::<u32>()
-                        .map_err(|_| bad(format!("token id {id:?} is not a number")))?,
+                        .map_err(|_| format!("token id {id:?} is not a number"))?,
                 );
                 lps.push(lp.as_f64().unwrap_or(0.0));
             }
@@ -128,11 +124,13 @@ pub fn parse_sglang(v: &Value) -> Result<Vec<Generated>, String> {
     outputs
         .into_iter()
         .map(|o| {
-            let meta = o.get("meta_info").ok_or_else(|| bad("no `meta_info`"))?;
+            let meta = o
+                .get("meta_info")
+                .ok_or_else(|| "no `meta_info`".to_string())?;
             let steps = meta
                 .get("output_token_logprobs")
                 .and_then(Value::as_array)
-                .ok_or_else(|| bad("no `meta_info.output_token_logprobs`"))?;
+                .ok_or_else(|| "no `meta_info.output_token_logprobs`".to_string())?;
             let mut ids = Vec::with_capacity(steps.len());
             let mut lps = Vec::with_capacity(steps.len());
             for s in steps {
@@ -140,7 +138,7 @@ pub fn parse_sglang(v: &Value) -> Result<Vec<Generated>, String> {
                 let id = s
                     .get(1)
                     .and_then(Value::as_u64)
-                    .ok_or_else(|| bad(format!("malformed logprob entry {s}")))?;
+                    .ok_or_else(|| format!("malformed logprob entry {s}"))?;
                 ids.push(id as u32);
                 lps.push(lp);
             }
@@ -162,204 +160,71 @@ pub fn parse_sglang(v: &Value) -> Result<Vec<Generated>, String> {
         .collect()
 }
 
-struct Server {
-    url: String,
-    kind: ServerType,
-    api_key: Option<String>,
-    timeout: Duration,
-    train: (Semaphore, usize),
-    eval: (Semaphore, usize),
-    stats: Mutex<RequestStats>,
-}
-
-/// A `/generate` client over one or more vLLM / SGLang servers.
+/// A `/generate` client over one or more vLLM / SGLang servers (a [`ServerPool`], usually the
+/// one the run's chat client shares).
+#[derive(Debug, Clone)]
 pub struct GenerateClient {
-    http: reqwest::Client,
-    servers: Vec<Server>,
-    retry: RetryPolicy,
-    next: AtomicUsize,
-    weight: AtomicU64,
-}
-
-impl std::fmt::Debug for GenerateClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GenerateClient")
-            .field(
-                "servers",
-                &self.servers.iter().map(|s| &s.url).collect::<Vec<_>>(),
-            )
-            .finish()
-    }
+    pool: Arc<ServerPool>,
 }
 
 impl GenerateClient {
-    /// A client for `configs`; each must be a `vllm` or `sglang` server with a `base_url`
-    /// (`/generate` is served at the root, without `/v1`).
+    /// A client with its own pool of `configs` and the default failover settings; each must be
+    /// a `vllm` or `sglang` server with a `base_url` (`/generate` is served at the root,
+    /// without `/v1`).
     pub fn new(configs: &[ApiServerConfig], retry: RetryPolicy) -> Result<Self, LlmError> {
-        if configs.is_empty() {
-            return Err(LlmError::Config("no inference server configured".into()));
-        }
-        let http = super::client::http_client()?;
-        let servers = configs
+        let pool = ServerPool::new(configs, retry, Failover::default())?;
+        Self::with_pool(Arc::new(pool))
+    }
+
+    /// A client over a shared pool, whose servers must all be `vllm` or `sglang`.
+    pub fn with_pool(pool: Arc<ServerPool>) -> Result<Self, LlmError> {
+        if let Some(other) = pool
+            .endpoints()
             .iter()
-            .map(|c| {
-                if !matches!(c.server_type, ServerType::Vllm | ServerType::Sglang) {
-                    return Err(LlmError::Config(format!(
-                        "token tracking needs --openai.server_type vllm or sglang, not {:?}",
-                        c.server_type
-                    )));
-                }
-                let base = c.base_url().ok_or_else(|| {
-                    LlmError::Config(
-                        "--openai.base_url is not set (e.g. http://localhost:9001/v1)".into(),
-                    )
-                })?;
-                let root = base.strip_suffix("/v1").unwrap_or(base);
-                let train = c.num_max_requests_at_once.max(1) as usize;
-                let eval = c.num_requests_for_eval.max(1) as usize;
-                Ok(Server {
-                    url: format!("{root}/generate"),
-                    kind: c.server_type,
-                    api_key: c.resolved_api_key(),
-                    timeout: Duration::from_secs(c.timeout.max(1) as u64),
-                    train: (Semaphore::new(train), train),
-                    eval: (Semaphore::new(eval), eval),
-                    stats: Mutex::new(RequestStats::default()),
-                })
-            })
-            .collect::<Result<Vec<_>, LlmError>>()?;
-        Ok(GenerateClient {
-            http,
-            servers,
-            retry,
-            next: AtomicUsize::new(0),
-            weight: AtomicU64::new(1f64.to_bits()),
-        })
+            .find(|e| !matches!(e.kind, ServerType::Vllm | ServerType::Sglang))
+        {
+            return Err(LlmError::Config(format!(
+                "token tracking needs --openai.server_type vllm or sglang, not {:?} ({})",
+                other.kind, other.base
+            )));
+        }
+        Ok(GenerateClient { pool })
     }
 
-    /// Sets this environment's share of every server (`env_weight` from `/status-env`): a
-    /// request waits while a server's free slots are at most `max × (1 − weight)`, so the
-    /// effective concurrency is about `max × weight`.
+    /// Sets this environment's share of every server (`env_weight` from `/status-env`); see
+    /// [`ServerPool::set_weight`].
     pub fn set_weight(&self, weight: f64) {
-        let w = if weight.is_finite() {
-            weight.clamp(0.0, 1.0)
-        } else {
-            1.0
-        };
-        self.weight.store(w.to_bits(), Ordering::Relaxed);
-    }
-
-    fn weight(&self) -> f64 {
-        f64::from_bits(self.weight.load(Ordering::Relaxed))
+        self.pool.set_weight(weight);
     }
 
     /// Request statistics of every server since the last call, which clears them.
     pub fn take_request_stats(&self) -> Vec<RequestStats> {
-        self.servers
-            .iter()
-            .map(|s| std::mem::take(&mut *s.stats.lock().expect("stats lock poisoned")))
-            .collect()
-    }
-
-    /// Waits for a weighted slot on the least-loaded server.
-    async fn acquire(&self, split: Split) -> (&Server, SemaphorePermit<'_>) {
-        loop {
-            let start = self.next.fetch_add(1, Ordering::Relaxed);
-            let n = self.servers.len();
-            let limits = |s: &'_ Server| match split {
-                Split::Train => (s.train.0.available_permits(), s.train.1),
-                Split::Eval => (s.eval.0.available_permits(), s.eval.1),
-            };
-            let server = (0..n)
-                .map(|i| &self.servers[(start + i) % n])
-                .max_by_key(|s| limits(s).0)
-                .expect("at least one server");
-            let (free, max) = limits(server);
-            let reserve = max as f64 * (1.0 - self.weight());
-            let sem = match split {
-                Split::Train => &server.train.0,
-                Split::Eval => &server.eval.0,
-            };
-            if free as f64 > reserve {
-                if let Ok(permit) = sem.try_acquire() {
-                    return (server, permit);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.pool.take_request_stats()
     }
 
     /// Generates `request.n` samples.
     pub async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generated>, LlmError> {
-        let (server, _permit) = self.acquire(request.split).await;
-        let body = match server.kind {
-            ServerType::Sglang => sglang_body(request),
-            _ => vllm_body(request),
-        };
-        let started = Instant::now();
-        let mut attempt = 1;
-        let outcome = loop {
-            match self.send(server, &body).await {
-                Err(e) if e.retryable() && attempt < self.retry.attempts => {
-                    let wait = self.retry.backoff(attempt);
-                    tracing::warn!(
-                        attempt,
-                        of = self.retry.attempts,
-                        "generate request failed: {e}; retrying in {wait:.1?}"
-                    );
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
+        let http = self.pool.http();
+        self.pool
+            .call(request.split, |server| async move {
+                let sglang = server.kind == ServerType::Sglang;
+                let body = if sglang {
+                    sglang_body(request)
+                } else {
+                    vllm_body(request)
+                };
+                let url = format!("{}/generate", server.root());
+                let text = post_json(http, server.target(&url), &body).await?;
+                let v: Value = serde_json::from_str(&text)
+                    .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))?;
+                if sglang {
+                    parse_sglang(&v)
+                } else {
+                    parse_vllm(&v)
                 }
-                other => break other,
-            }
-        };
-        server.stats.lock().expect("stats lock poisoned").record(
-            request.split == Split::Eval,
-            started.elapsed(),
-            attempt,
-        );
-        outcome
-    }
-
-    async fn send(&self, server: &Server, body: &Value) -> Result<Vec<Generated>, LlmError> {
-        let url = &server.url;
-        let mut req = self.http.post(url).json(body).timeout(server.timeout);
-        if let Some(key) = &server.api_key {
-            req = req.bearer_auth(key);
-        }
-        let failed = |e: reqwest::Error| {
-            if e.is_timeout() {
-                LlmError::Timeout {
-                    url: url.clone(),
-                    secs: server.timeout.as_secs(),
-                }
-            } else {
-                LlmError::Connect {
-                    url: url.clone(),
-                    reason: e.to_string(),
-                }
-            }
-        };
-        let resp = req.send().await.map_err(failed)?;
-        let status = resp.status();
-        let text = resp.text().await.map_err(failed)?;
-        if !status.is_success() {
-            return Err(LlmError::Status {
-                url: url.clone(),
-                status: status.as_u16(),
-                body: text.chars().take(300).collect(),
-            });
-        }
-        let decode = |reason: String| LlmError::Decode {
-            url: url.clone(),
-            reason,
-        };
-        let v: Value = serde_json::from_str(&text).map_err(|e| decode(e.to_string()))?;
-        match server.kind {
-            ServerType::Sglang => parse_sglang(&v),
-            _ => parse_vllm(&v),
-        }
-        .map_err(decode)
+                .map_err(AttemptError::Decode)
+            })
+            .await
     }
 }
 

@@ -1,17 +1,29 @@
-//! Inference: OpenAI-compatible message types and the client.
+//! Inference: OpenAI-compatible message types, the server pool with its retry and failover
+//! loop, and the two clients over it (chat completions and `/generate`).
 
 mod backend;
 mod client;
+mod error;
 pub mod generate;
+mod health;
+mod http;
 pub mod managed;
+mod pool;
+mod retry;
+mod route;
 mod stats;
 pub mod tokenizer;
 mod types;
 
 pub use backend::ChatBackend;
-pub use client::{LlmClient, LlmError, RetryPolicy};
+pub use client::LlmClient;
+pub use error::LlmError;
 pub use generate::GenerateClient;
+pub use health::Failover;
+pub use http::HttpFailure;
 pub use managed::{ManagedSession, Phase2};
+pub use pool::ServerPool;
+pub use retry::{RetryPolicy, RETRY_AFTER_CAP};
 pub use stats::RequestStats;
 pub use tokenizer::ChatTokenizer;
 pub use types::*;

@@ -6,7 +6,8 @@ use std::time::Duration;
 /// Requests finished on one server since the statistics were last taken.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestStats {
-    /// Seconds per training request (all attempts, after the concurrency permit was granted).
+    /// Seconds per training request (all attempts and the waits between them, from the first
+    /// request slot granted).
     pub train_seconds: Vec<f64>,
     /// Attempts per training request.
     pub train_attempts: Vec<u32>,

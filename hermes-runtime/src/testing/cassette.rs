@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -230,6 +230,7 @@ impl Policy for CassettePlayer {
 struct Upstream {
     http: reqwest::Client,
     url: String,
+    models_url: String,
     api_key: Option<String>,
     recorded: Mutex<Vec<Interaction>>,
 }
@@ -263,11 +264,13 @@ impl CassetteRecorder {
                 "{}/chat/completions",
                 upstream_base_url.trim_end_matches('/')
             ),
+            models_url: format!("{}/models", upstream_base_url.trim_end_matches('/')),
             api_key,
             recorded: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(forward))
+            .route("/v1/models", get(models))
             .with_state(Arc::clone(&upstream));
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
@@ -294,6 +297,26 @@ impl CassetteRecorder {
                 .expect("lock poisoned")
                 .clone(),
         }
+    }
+}
+
+/// Passes `GET /v1/models` through unrecorded, so that a run's start-up health check sees the
+/// real server.
+async fn models(State(upstream): State<Arc<Upstream>>) -> Response {
+    let mut request = upstream.http.get(&upstream.models_url);
+    if let Some(key) = &upstream.api_key {
+        request = request.bearer_auth(key);
+    }
+    match request.send().await {
+        Ok(r) => {
+            let code = StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            (code, r.text().await.unwrap_or_default()).into_response()
+        }
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream unreachable: {e}"),
+        )
+            .into_response(),
     }
 }
 

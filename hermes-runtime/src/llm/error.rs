@@ -1,0 +1,144 @@
+//! [`LlmError`]: why an inference request failed after its retries and failover, split into
+//! the infrastructure's failures (worth re-running the rollout later) and the request's own.
+
+use super::http::HttpFailure;
+
+/// Why an inference request failed (after retries and failover). Messages name the server by
+/// its configured base URL and never contain API keys.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The server refused this request (a 4xx other than 408 and 429): the request's fault,
+    /// not retried.
+    #[error("LLM server {server} rejected the request: HTTP {status}: {body}")]
+    Rejected {
+        /// The server's base URL.
+        server: String,
+        /// HTTP status.
+        status: u16,
+        /// First part of the response body, on one line.
+        body: String,
+    },
+    /// Every attempt failed on connection errors, timeouts or 5xx/429 answers.
+    #[error("{}", exhausted(.tried, *.servers, *.attempts, .last_server, .cause))]
+    Unavailable {
+        /// Base URLs of the servers tried, in the order first tried.
+        tried: Vec<String>,
+        /// Number of configured servers.
+        servers: usize,
+        /// Attempts made.
+        attempts: u32,
+        /// The server of the last attempt.
+        last_server: String,
+        /// Why the last attempt failed.
+        cause: HttpFailure,
+    },
+    /// The server answered 2xx with something that is not the expected response.
+    #[error("LLM server {server}: invalid response: {reason}")]
+    Decode {
+        /// The server's base URL.
+        server: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No configured server passed its start-up health check.
+    #[error("{0}")]
+    Unhealthy(String),
+    /// No usable server configuration.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl LlmError {
+    /// True when the failure is the infrastructure's (servers unreachable, timing out,
+    /// failing, answering garbage, or not configured), false when the server refused the
+    /// request itself (4xx). An infrastructure failure says nothing about the model.
+    pub fn is_infrastructure(&self) -> bool {
+        !matches!(self, LlmError::Rejected { .. })
+    }
+}
+
+/// "LLM server X unreachable after 3 attempts: connection refused", or with several servers
+/// "all 2 LLM servers tried (X, Y), 3 attempts failed; last: Y unreachable: …".
+fn exhausted(
+    tried: &[String],
+    servers: usize,
+    attempts: u32,
+    last: &str,
+    cause: &HttpFailure,
+) -> String {
+    let state = match cause {
+        HttpFailure::Connect(_) => "unreachable",
+        HttpFailure::Timeout(_) => "not answering",
+        HttpFailure::Status { .. } => "failing",
+    };
+    let plural = if attempts == 1 { "" } else { "s" };
+    match tried {
+        [one] if servers <= 1 => {
+            format!("LLM server {one} {state} after {attempts} attempt{plural}: {cause}")
+        }
+        [one] => format!(
+            "LLM server {one} (1 of {servers} servers) {state} after {attempts} attempt{plural}: {cause}"
+        ),
+        many => {
+            let which = if many.len() == servers {
+                format!("all {servers} LLM servers")
+            } else {
+                format!("{} of {servers} LLM servers", many.len())
+            };
+            format!(
+                "{which} tried ({}), {attempts} attempts failed; last: {last} {state}: {cause}",
+                many.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn unavailable(tried: &[&str], servers: usize, cause: HttpFailure) -> LlmError {
+        LlmError::Unavailable {
+            tried: tried.iter().map(|s| s.to_string()).collect(),
+            servers,
+            attempts: 3,
+            last_server: tried.last().unwrap().to_string(),
+            cause,
+        }
+    }
+
+    #[test]
+    fn the_final_error_names_the_cause_in_one_line() {
+        let refused = HttpFailure::Connect("connection refused".into());
+        assert_eq!(
+            unavailable(&["http://127.0.0.1:9/v1"], 1, refused.clone()).to_string(),
+            "LLM server http://127.0.0.1:9/v1 unreachable after 3 attempts: connection refused"
+        );
+        assert_eq!(
+            unavailable(&["http://a/v1", "http://b/v1"], 2, refused).to_string(),
+            "all 2 LLM servers tried (http://a/v1, http://b/v1), 3 attempts failed; \
+             last: http://b/v1 unreachable: connection refused"
+        );
+        assert_eq!(
+            unavailable(
+                &["http://a/v1"],
+                1,
+                HttpFailure::Timeout(Duration::from_millis(1500))
+            )
+            .to_string(),
+            "LLM server http://a/v1 not answering after 3 attempts: no response within 1.5 s"
+        );
+        let rejected = LlmError::Rejected {
+            server: "http://a/v1".into(),
+            status: 400,
+            body: "bad".into(),
+        };
+        assert_eq!(
+            rejected.to_string(),
+            "LLM server http://a/v1 rejected the request: HTTP 400: bad"
+        );
+        assert!(!rejected.is_infrastructure());
+        assert!(unavailable(&["x"], 1, HttpFailure::Timeout(Duration::ZERO)).is_infrastructure());
+    }
+}

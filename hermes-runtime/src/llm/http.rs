@@ -1,0 +1,136 @@
+//! One HTTP exchange with an inference server, and what can go wrong with it at the transport
+//! level ([`HttpFailure`]): the server could not be reached, did not answer in time, or
+//! answered with an error status.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::retry::parse_retry_after;
+use crate::diagnostics::snippet;
+
+/// Why one HTTP exchange failed. Bodies are cut to one line and never contain the API key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HttpFailure {
+    /// The server answered with an error status.
+    #[error("HTTP {status}: {body}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// First part of the response body, on one line.
+        body: String,
+        /// The server's `Retry-After` (on 429 and 503), capped.
+        retry_after: Option<Duration>,
+    },
+    /// No connection (refused, reset, DNS, TLS).
+    #[error("{0}")]
+    Connect(String),
+    /// No complete answer within the per-request timeout.
+    #[error("no response within {} s", .0.as_secs_f64())]
+    Timeout(Duration),
+}
+
+impl HttpFailure {
+    /// True when another attempt may succeed: connection errors, timeouts, 5xx, 408 and 429.
+    /// Any other status is the request's fault and fails at once.
+    pub fn retryable(&self) -> bool {
+        match self {
+            HttpFailure::Status { status, .. } => retryable_status(*status),
+            HttpFailure::Connect(_) | HttpFailure::Timeout(_) => true,
+        }
+    }
+
+    /// True when the failure says the server itself is in trouble (counts towards marking it
+    /// down): connection errors, timeouts and 5xx. A 429 is the server pacing us, not a fault.
+    pub fn is_server_fault(&self) -> bool {
+        match self {
+            HttpFailure::Status { status, .. } => *status >= 500,
+            HttpFailure::Connect(_) | HttpFailure::Timeout(_) => true,
+        }
+    }
+}
+
+/// Statuses worth another attempt: 5xx, 408 (request timeout) and 429 (too many requests).
+pub(crate) fn retryable_status(status: u16) -> bool {
+    status >= 500 || status == 429 || status == 408
+}
+
+/// Where and how to talk to one server.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub url: &'a str,
+    pub api_key: Option<&'a str>,
+    pub timeout: Duration,
+}
+
+/// POSTs `body` as JSON and returns the 2xx response text.
+pub(crate) async fn post_json(
+    http: &reqwest::Client,
+    to: Target<'_>,
+    body: &Value,
+) -> Result<String, HttpFailure> {
+    exchange(http.post(to.url).json(body), to).await
+}
+
+/// GETs `url` and returns the 2xx response text.
+pub(crate) async fn get(http: &reqwest::Client, to: Target<'_>) -> Result<String, HttpFailure> {
+    exchange(http.get(to.url), to).await
+}
+
+async fn exchange(
+    mut request: reqwest::RequestBuilder,
+    to: Target<'_>,
+) -> Result<String, HttpFailure> {
+    request = request.timeout(to.timeout);
+    if let Some(key) = to.api_key {
+        request = request.bearer_auth(key);
+    }
+    let failed = |e: reqwest::Error| transport_failure(&e, to.timeout);
+    let response = request.send().await.map_err(failed)?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()));
+    let text = response.text().await.map_err(failed)?;
+    if status.is_success() {
+        return Ok(text);
+    }
+    let body = match to.api_key {
+        Some(key) if !key.is_empty() => text.replace(key, "<redacted>"),
+        _ => text,
+    };
+    Err(HttpFailure::Status {
+        status: status.as_u16(),
+        body: snippet(&body),
+        retry_after: retry_after.filter(|_| matches!(status.as_u16(), 429 | 503)),
+    })
+}
+
+fn transport_failure(e: &reqwest::Error, timeout: Duration) -> HttpFailure {
+    if e.is_timeout() {
+        HttpFailure::Timeout(timeout)
+    } else {
+        HttpFailure::Connect(root_cause(e))
+    }
+}
+
+/// The innermost cause of a transport error, e.g. "connection refused" rather than reqwest's
+/// "error sending request for url (…): client error (Connect): tcp connect error: …".
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut inner = e;
+    while let Some(source) = inner.source() {
+        inner = source;
+    }
+    let text = inner.to_string();
+    let text = match text.find(" (os error") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => "connection failed".into(),
+    }
+}

@@ -1,0 +1,980 @@
+//! Retries and failover of both inference clients against real HTTP servers on 127.0.0.1: the
+//! scripted server, a closed port, and a fault-injecting proxy written here (500s, stalls past
+//! the timeout, 429 with Retry-After, 4xx), plus an agent-loop rollout with one dead server.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use futures::StreamExt;
+use hermes_env::config::{ApiServerConfig, ServerType};
+use hermes_env::llm::generate::GenerateRequest;
+use hermes_env::llm::{
+    ChatRequest, Failover, GenerateClient, LlmClient, LlmError, Message, RetryPolicy, ServerPool,
+    Split,
+};
+use hermes_env::testing::{Reply, Script, ScriptedServer};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------------------------
+// The fault-injecting proxy
+
+/// What the proxy does with one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// Pass it to the upstream server.
+    Forward,
+    /// Answer this status (the body echoes the request's Authorization header).
+    Status(u16),
+    /// Answer 429 with this Retry-After value.
+    TooMany(&'static str),
+    /// Accept it and never answer.
+    Stall,
+}
+
+/// One request as the proxy saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    path: String,
+    fault: Fault,
+}
+
+type Decide = dyn Fn(u64, &str) -> Fault + Send + Sync;
+
+struct ProxyState {
+    upstream: Option<String>,
+    decide: Box<Decide>,
+    count: AtomicU64,
+    seen: Mutex<Vec<Seen>>,
+    http: reqwest::Client,
+}
+
+/// A proxy on 127.0.0.1 in front of `upstream` (a server root), deciding each request's fate
+/// by its number (0-based) and path.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    state: Arc<ProxyState>,
+}
+
+impl Proxy {
+    async fn start(
+        upstream: Option<&ScriptedServer>,
+        decide: impl Fn(u64, &str) -> Fault + Send + Sync + 'static,
+    ) -> Proxy {
+        let state = Arc::new(ProxyState {
+            upstream: upstream.map(|s| s.base_url().trim_end_matches("/v1").to_owned()),
+            decide: Box::new(decide),
+            count: AtomicU64::new(0),
+            seen: Mutex::new(Vec::new()),
+            http: plain_http(),
+        });
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Proxy { addr, state }
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    fn count(&self, fault: Fault) -> usize {
+        self.seen().iter().filter(|s| s.fault == fault).count()
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<ProxyState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let n = state.count.fetch_add(1, Ordering::SeqCst);
+    let path = uri.path().to_owned();
+    let fault = (state.decide)(n, &path);
+    state.seen.lock().unwrap().push(Seen {
+        at: Instant::now(),
+        path: path.clone(),
+        fault,
+    });
+    match fault {
+        Fault::Status(code) => {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let body = json!({"error": {"message": "injected failure", "you_sent": auth}});
+            (StatusCode::from_u16(code).unwrap(), body.to_string()).into_response()
+        }
+        Fault::TooMany(after) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", after)],
+            "slow down",
+        )
+            .into_response(),
+        Fault::Stall => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+        Fault::Forward => {
+            let Some(upstream) = &state.upstream else {
+                return StatusCode::NOT_FOUND.into_response();
+            };
+            let url = format!("{upstream}{path}");
+            let sent = state
+                .http
+                .request(method, url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await;
+            match sent {
+                Ok(r) => {
+                    let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+                    (status, r.bytes().await.unwrap_or_default()).into_response()
+                }
+                Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// An HTTP client; building a `ServerPool` first installs the TLS crypto provider that
+/// reqwest's `rustls-no-provider` build needs.
+fn plain_http() -> reqwest::Client {
+    pool(
+        &[server("http://127.0.0.1:1/v1", ServerType::Openai, 1)],
+        fast_retries(1),
+    );
+    reqwest::Client::new()
+}
+
+/// A URL on 127.0.0.1 where nothing listens (a port bound and released).
+async fn dead_url() -> String {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/v1")
+}
+
+fn server(base_url: &str, kind: ServerType, timeout: i64) -> ApiServerConfig {
+    ApiServerConfig {
+        base_url: Some(base_url.to_owned()),
+        server_type: kind,
+        timeout,
+        health_check: true,
+        ..Default::default()
+    }
+}
+
+fn fast_retries(attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        attempts,
+        base: Duration::from_millis(10),
+        cap: Duration::from_millis(20),
+    }
+}
+
+fn pool(servers: &[ApiServerConfig], retry: RetryPolicy) -> Arc<ServerPool> {
+    let failover = Failover {
+        failures_to_mark_down: 3,
+        cooldown: Duration::from_secs(60),
+    };
+    Arc::new(ServerPool::new(servers, retry, failover).unwrap())
+}
+
+fn chat_request() -> ChatRequest {
+    ChatRequest {
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        n: 1,
+        temperature: 1.0,
+        max_tokens: Some(16),
+        extra_body: Default::default(),
+        split: Split::Train,
+    }
+}
+
+fn always_ok() -> impl hermes_env::testing::Policy {
+    |_: &Value| Reply::text("ok")
+}
+
+/// Runs `count` chat requests, `concurrency` at a time, and returns their results.
+async fn chat_many(
+    llm: &LlmClient,
+    count: usize,
+    concurrency: usize,
+) -> Vec<Result<String, LlmError>> {
+    let request = chat_request();
+    futures::stream::iter(0..count)
+        .map(|_| async {
+            llm.chat(&request)
+                .await
+                .map(|r| r.choices[0].message.content.clone())
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await
+}
+
+/// Log lines written while the guard lives (this thread only: the tests run on tokio's
+/// current-thread runtime).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let sink = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || sink.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat completions (Phase 1)
+
+#[tokio::test]
+async fn one_dead_server_of_two_every_request_succeeds_and_it_is_marked_down_once() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let dead = dead_url().await;
+    let servers = [
+        server(&dead, ServerType::Openai, 5),
+        server(&live.base_url(), ServerType::Openai, 5),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(3)), 8);
+    let results = chat_many(&llm, 60, 8).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "every request succeeds: {:?}",
+        results.iter().find(|r| r.is_err())
+    );
+    assert_eq!(live.request_count(), 60, "each request answered once");
+    assert_eq!(llm.pool().down_servers(), [dead.as_str()]);
+    let down = logs.lines_with("marked down");
+    assert_eq!(down.len(), 1, "one line for the outage: {down:?}");
+    assert!(
+        down[0].contains("WARN")
+            && down[0].contains(&dead)
+            && down[0].contains("connection refused"),
+        "{}",
+        down[0]
+    );
+    let stats = llm.take_request_stats();
+    assert_eq!(
+        stats[1].train_attempts.len(),
+        60,
+        "every request finished on the live server"
+    );
+}
+
+#[tokio::test]
+async fn thirty_percent_500s_and_ten_percent_stalls_every_request_of_200_succeeds() {
+    let upstream = ScriptedServer::start(always_ok()).await.unwrap();
+    // Deterministic "random" faults: 3 in 10 answered 500, 1 in 10 stalled past the 1 s timeout.
+    let flaky = |seed: u64| {
+        move |n: u64, _: &str| match (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed) % 10 {
+            0..=2 => Fault::Status(500),
+            3 => Fault::Stall,
+            _ => Fault::Forward,
+        }
+    };
+    let a = Proxy::start(Some(&upstream), flaky(1)).await;
+    let b = Proxy::start(Some(&upstream), flaky(7)).await;
+    let servers = [
+        server(&a.base_url(), ServerType::Openai, 1),
+        server(&b.base_url(), ServerType::Openai, 1),
+    ];
+    // 40% of attempts fail: 12 attempts leave a request a 0.4^12 ≈ 2·10⁻⁵ chance to fail.
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(12)), 8);
+    let results = chat_many(&llm, 200, 32).await;
+    let failed: Vec<_> = results.iter().filter(|r| r.is_err()).collect();
+    assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed);
+    assert_eq!(upstream.request_count(), 200, "each request answered once");
+    for proxy in [&a, &b] {
+        assert!(proxy.count(Fault::Status(500)) > 10, "500s were injected");
+        assert!(proxy.count(Fault::Stall) > 3, "stalls were injected");
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_server_is_bounded_by_the_timeout_then_failed_over() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let stalled = Proxy::start(None, |_, _| Fault::Stall).await;
+    let servers = [
+        server(&stalled.base_url(), ServerType::Openai, 1),
+        server(&live.base_url(), ServerType::Openai, 1),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(2)), 8);
+    let results = chat_many(&llm, 10, 10).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "{results:?}"
+    );
+    assert!(
+        !stalled.seen().is_empty(),
+        "some requests went to the stalled server first"
+    );
+    assert_eq!(live.request_count(), 10);
+}
+
+#[tokio::test]
+async fn retry_after_on_429_is_waited_out_before_the_retry() {
+    let upstream = ScriptedServer::start(always_ok()).await.unwrap();
+    let proxy = Proxy::start(Some(&upstream), |n, _| {
+        if n == 0 {
+            Fault::TooMany("1")
+        } else {
+            Fault::Forward
+        }
+    })
+    .await;
+    let llm = LlmClient::with_pool(
+        pool(
+            &[server(&proxy.base_url(), ServerType::Openai, 5)],
+            fast_retries(3),
+        ),
+        8,
+    );
+    let request = chat_request();
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        llm.chat(&request).await
+    };
+    let (first, second) = tokio::join!(llm.chat(&request), later);
+    assert!(first.is_ok() && second.is_ok());
+    let seen = proxy.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[0].fault, Fault::TooMany("1"));
+    for s in &seen[1..] {
+        let gap = s.at - seen[0].at;
+        assert!(
+            gap >= Duration::from_secs(1),
+            "the server saw a request {gap:?} after its 429 with Retry-After: 1"
+        );
+    }
+}
+
+#[tokio::test]
+async fn retries_never_return_to_the_server_that_just_failed() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let failing = Proxy::start(None, |_, _| Fault::Status(500)).await;
+    let servers = [
+        server(&failing.base_url(), ServerType::Openai, 5),
+        server(&live.base_url(), ServerType::Openai, 5),
+    ];
+    let never_down = Failover {
+        failures_to_mark_down: u32::MAX,
+        cooldown: Duration::from_secs(60),
+    };
+    let p = ServerPool::new(&servers, fast_retries(2), never_down).unwrap();
+    let llm = LlmClient::with_pool(Arc::new(p), 8);
+    let results = chat_many(&llm, 20, 4).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    assert!(
+        failing.seen().len() >= 5,
+        "the failing server got first attempts"
+    );
+    assert_eq!(live.request_count(), 20);
+}
+
+#[tokio::test]
+async fn a_408_is_retried() {
+    let upstream = ScriptedServer::start(always_ok()).await.unwrap();
+    let proxy = Proxy::start(Some(&upstream), |n, _| {
+        if n == 0 {
+            Fault::Status(408)
+        } else {
+            Fault::Forward
+        }
+    })
+    .await;
+    let llm = LlmClient::with_pool(
+        pool(
+            &[server(&proxy.base_url(), ServerType::Openai, 5)],
+            fast_retries(3),
+        ),
+        8,
+    );
+    llm.chat(&chat_request()).await.unwrap();
+    assert_eq!(proxy.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn a_down_server_is_probed_after_its_cooldown_and_comes_back_with_one_line() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let recovering = Proxy::start(Some(&live), |n, _| {
+        if n < 3 {
+            Fault::Status(502)
+        } else {
+            Fault::Forward
+        }
+    })
+    .await;
+    let servers = [
+        server(&recovering.base_url(), ServerType::Openai, 5),
+        server(&live.base_url(), ServerType::Openai, 5),
+    ];
+    let cooldown = Duration::from_millis(400);
+    let failover = Failover {
+        failures_to_mark_down: 3,
+        cooldown,
+    };
+    let p = ServerPool::new(&servers, fast_retries(3), failover).unwrap();
+    let llm = LlmClient::with_pool(Arc::new(p), 8);
+    while recovering.seen().len() < 3 {
+        llm.chat(&chat_request()).await.unwrap();
+    }
+    assert_eq!(llm.pool().down_servers(), [recovering.base_url()]);
+    for _ in 0..5 {
+        llm.chat(&chat_request()).await.unwrap();
+    }
+    assert_eq!(
+        recovering.seen().len(),
+        3,
+        "no requests during the cool-down"
+    );
+    tokio::time::sleep(cooldown + Duration::from_millis(50)).await;
+    llm.chat(&chat_request()).await.unwrap();
+    assert_eq!(
+        recovering.seen().len(),
+        4,
+        "the first request after the cool-down probes it"
+    );
+    assert!(llm.pool().down_servers().is_empty());
+    let down = logs.lines_with("marked down");
+    let up = logs.lines_with("is back up");
+    assert_eq!((down.len(), up.len()), (1, 1), "{down:?} {up:?}");
+    assert!(up[0].contains("INFO") && up[0].contains(&recovering.base_url()));
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured_too() {
+    let upstream = ScriptedServer::start(always_ok()).await.unwrap();
+    let date: &'static str = Box::leak(
+        httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2))
+            .into_boxed_str(),
+    );
+    let proxy = Proxy::start(Some(&upstream), move |n, _| {
+        if n == 0 {
+            Fault::TooMany(date)
+        } else {
+            Fault::Forward
+        }
+    })
+    .await;
+    let llm = LlmClient::with_pool(
+        pool(
+            &[server(&proxy.base_url(), ServerType::Openai, 5)],
+            fast_retries(3),
+        ),
+        8,
+    );
+    llm.chat(&chat_request()).await.unwrap();
+    let seen = proxy.seen();
+    assert!(
+        seen[1].at - seen[0].at >= Duration::from_millis(900),
+        "an HTTP-date Retry-After (about 1-2 s ahead, to the second) is waited out: {:?}",
+        seen[1].at - seen[0].at
+    );
+}
+
+#[tokio::test]
+async fn client_errors_fail_at_once_with_the_body_and_no_key() {
+    for status in [400, 401, 404, 422] {
+        let proxy = Proxy::start(None, move |_, _| Fault::Status(status)).await;
+        let config = ApiServerConfig {
+            api_key: Some("sk-very-secret".into()),
+            ..server(&proxy.base_url(), ServerType::Openai, 5)
+        };
+        let llm = LlmClient::with_pool(pool(&[config], fast_retries(3)), 8);
+        let err = llm.chat(&chat_request()).await.unwrap_err();
+        assert_eq!(proxy.seen().len(), 1, "HTTP {status} is not retried");
+        assert!(
+            !err.is_infrastructure(),
+            "HTTP {status} is the request's fault"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "LLM server {} rejected the request: HTTP {status}:",
+                proxy.base_url()
+            )) && text.contains("injected failure"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("sk-very-secret") && text.contains("Bearer <redacted>"),
+            "the echoed key is redacted: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn all_servers_failing_is_one_line_naming_the_cause() {
+    let dead = dead_url().await;
+    let llm = LlmClient::with_pool(
+        pool(&[server(&dead, ServerType::Openai, 5)], fast_retries(3)),
+        8,
+    );
+    let err = llm.chat(&chat_request()).await.unwrap_err();
+    assert!(err.is_infrastructure());
+    assert_eq!(
+        err.to_string(),
+        format!("LLM server {dead} unreachable after 3 attempts: connection refused")
+    );
+    assert_eq!(llm.pool().down_servers(), [dead.as_str()]);
+    let again = llm.chat(&chat_request()).await.unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        err.to_string(),
+        "with every server down, requests are still tried"
+    );
+
+    let failing = Proxy::start(None, |_, _| Fault::Status(503)).await;
+    let servers = [
+        server(&dead, ServerType::Openai, 5),
+        server(&failing.base_url(), ServerType::Openai, 5),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(3)), 8);
+    let err = llm.chat(&chat_request()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("all 2 LLM servers tried (") && text.contains("3 attempts failed; last: "),
+        "{text}"
+    );
+    assert!(
+        text.contains(&dead) && text.contains(&failing.base_url()),
+        "{text}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health checks
+
+#[tokio::test]
+async fn health_check_passes_on_v1_models_when_there_is_no_health_endpoint() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let proxy = Proxy::start(Some(&live), |_, _| Fault::Forward).await;
+    let p = pool(
+        &[server(&proxy.base_url(), ServerType::Vllm, 5)],
+        fast_retries(3),
+    );
+    p.check_health().await.unwrap();
+    let paths: Vec<String> = proxy.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(
+        paths,
+        ["/health", "/v1/models"],
+        "vLLM's /health first, then /v1/models on its 404"
+    );
+    assert!(p.down_servers().is_empty());
+
+    let p = pool(
+        &[server(&proxy.base_url(), ServerType::Openai, 5)],
+        fast_retries(3),
+    );
+    p.check_health().await.unwrap();
+    assert_eq!(
+        proxy.seen().last().unwrap().path,
+        "/v1/models",
+        "OpenAI servers are checked on /v1/models only"
+    );
+}
+
+#[tokio::test]
+async fn health_check_marks_a_dead_server_down_and_fails_when_none_passes() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let dead = dead_url().await;
+    let both = pool(
+        &[
+            server(&dead, ServerType::Openai, 5),
+            server(&live.base_url(), ServerType::Openai, 5),
+        ],
+        fast_retries(3),
+    );
+    both.check_health().await.unwrap();
+    assert_eq!(both.down_servers(), [dead.as_str()]);
+    let lines = logs.lines_with("failed its health check");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("WARN") && lines[0].contains(&dead));
+    let llm = LlmClient::with_pool(both, 8);
+    assert!(chat_many(&llm, 10, 4).await.iter().all(|r| r.is_ok()));
+    assert_eq!(live.request_count(), 10);
+    let stats = llm.take_request_stats();
+    assert!(
+        stats[0].train_attempts.is_empty() && stats[1].train_attempts.iter().all(|&a| a == 1),
+        "the down server got no requests: {stats:?}"
+    );
+
+    let nothing = Proxy::start(None, |_, _| Fault::Forward).await;
+    let none = pool(
+        &[
+            server(&dead, ServerType::Openai, 5),
+            server(&nothing.base_url(), ServerType::Vllm, 5),
+        ],
+        fast_retries(3),
+    );
+    let err = none.check_health().await.unwrap_err().to_string();
+    assert!(
+        err.starts_with("no LLM server passed its health check (")
+            && err.contains(&format!("{dead}: GET {dead}/models: connection refused"))
+            && err.contains("/v1/models: HTTP 404")
+            && err.contains("--openai.health_check false"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_cassette_recorder_passes_the_health_check_of_its_upstream() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let recorder = hermes_env::testing::CassetteRecorder::start(&live.base_url(), None)
+        .await
+        .unwrap();
+    let p = pool(
+        &[server(&recorder.base_url(), ServerType::Openai, 5)],
+        fast_retries(1),
+    );
+    p.check_health().await.unwrap();
+    assert!(
+        recorder.cassette().interactions.is_empty(),
+        "health checks are not recorded"
+    );
+}
+
+#[tokio::test]
+async fn health_check_false_skips_the_check() {
+    let dead = dead_url().await;
+    let config = ApiServerConfig {
+        health_check: false,
+        ..server(&dead, ServerType::Openai, 5)
+    };
+    let p = pool(&[config], fast_retries(3));
+    p.check_health().await.unwrap();
+    assert!(p.down_servers().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// /generate (Phase 2)
+
+fn generate_request() -> GenerateRequest {
+    GenerateRequest {
+        input_ids: "hi".bytes().map(u32::from).collect(),
+        n: 1,
+        max_tokens: Some(8),
+        temperature: 1.0,
+        split: Split::Train,
+    }
+}
+
+#[tokio::test]
+async fn generate_fails_over_from_a_dead_server_and_marks_it_down() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let dead = dead_url().await;
+    let servers = [
+        server(&dead, ServerType::Vllm, 5),
+        server(&live.base_url(), ServerType::Vllm, 5),
+    ];
+    let client = GenerateClient::with_pool(pool(&servers, fast_retries(3))).unwrap();
+    let request = generate_request();
+    let results: Vec<_> = futures::stream::iter(0..30)
+        .map(|_| client.generate(&request))
+        .buffer_unordered(6)
+        .collect()
+        .await;
+    for r in &results {
+        let out = r.as_ref().expect("every generate request succeeds");
+        assert!(
+            out[0].ids.starts_with(&[u32::from(b'o'), u32::from(b'k')]),
+            "{:?}",
+            out[0].ids
+        );
+    }
+    assert_eq!(live.request_count(), 30);
+}
+
+#[tokio::test]
+async fn generate_does_not_retry_a_400_and_retries_a_503() {
+    let upstream = ScriptedServer::start(always_ok()).await.unwrap();
+    let rejecting = Proxy::start(Some(&upstream), |_, _| Fault::Status(400)).await;
+    let client = GenerateClient::with_pool(pool(
+        &[server(&rejecting.base_url(), ServerType::Sglang, 5)],
+        fast_retries(3),
+    ))
+    .unwrap();
+    let err = client.generate(&generate_request()).await.unwrap_err();
+    assert!(!err.is_infrastructure(), "{err}");
+    assert_eq!(rejecting.seen().len(), 1);
+
+    let flaky = Proxy::start(Some(&upstream), |n, _| {
+        if n < 2 {
+            Fault::Status(503)
+        } else {
+            Fault::Forward
+        }
+    })
+    .await;
+    let client = GenerateClient::with_pool(pool(
+        &[server(&flaky.base_url(), ServerType::Vllm, 5)],
+        fast_retries(3),
+    ))
+    .unwrap();
+    client.generate(&generate_request()).await.unwrap();
+    let paths: Vec<String> = flaky.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths, ["/generate", "/generate", "/generate"]);
+}
+
+#[tokio::test]
+async fn an_env_weight_of_zero_still_lets_requests_through() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let config = ApiServerConfig {
+        num_max_requests_at_once: 4,
+        ..server(&live.base_url(), ServerType::Vllm, 5)
+    };
+    let client = GenerateClient::with_pool(pool(&[config], fast_retries(3))).unwrap();
+    client.set_weight(0.0);
+    let request = generate_request();
+    let all = futures::future::join_all((0..5).map(|_| client.generate(&request)));
+    let results = tokio::time::timeout(Duration::from_secs(30), all)
+        .await
+        .expect("weight 0 must not stop requests (one per server at a time)");
+    assert!(results.iter().all(|r| r.is_ok()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent loop
+
+#[tokio::test]
+async fn a_multi_turn_rollout_finishes_with_every_tool_result_when_one_server_of_two_is_dead() {
+    let mut h = common::Harness::new(Script::new([
+        Reply::tool("terminal", json!({"command": "echo one"})),
+        Reply::tool("terminal", json!({"command": "echo two"})),
+        Reply::tool("terminal", json!({"command": "echo three"})),
+        Reply::text("done"),
+    ]))
+    .await;
+    let dead = dead_url().await;
+    let servers = [
+        server(&dead, ServerType::Openai, 5),
+        server(&h.server.base_url(), ServerType::Openai, 5),
+    ];
+    // The dead server first, so that the round-robin sends the first turn to it.
+    h.llm = LlmClient::with_pool(pool(&servers, fast_retries(3)), 8);
+    let r = h.run("count to three").await;
+    assert_eq!(r.llm_error, None);
+    assert_eq!((r.turns_used, r.finished_naturally), (4, true));
+    let tool_results: Vec<&str> = r
+        .messages
+        .iter()
+        .filter(|m| m.role == "tool")
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(tool_results.len(), 3);
+    for (result, word) in tool_results.iter().zip(["one", "two", "three"]) {
+        assert!(result.contains(word), "{result}");
+    }
+    assert_eq!(r.final_response(), Some("done"));
+    assert_eq!(
+        h.server.request_count(),
+        4,
+        "four turns, each answered once"
+    );
+    let attempts = &h.llm.take_request_stats()[1].train_attempts;
+    assert!(
+        attempts.iter().any(|&a| a > 1),
+        "some turns went to the dead server first and failed over: {attempts:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A whole `process` run
+
+/// `process` of the terminal_test example with two servers in YAML, the first one dead: with
+/// the start-up health check it is marked down before the run, without it during the run (one
+/// line either way), and every group is written with complete rollouts.
+#[tokio::test(flavor = "multi_thread")]
+async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
+    let live = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("finished")
+        } else {
+            Reply::tool("terminal", json!({"command": "echo 579 > ~/answer.txt"}))
+        }
+    })
+    .await
+    .unwrap();
+    let dead = dead_url().await;
+    for health_check in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "openai:\n  - {{base_url: \"{dead}\", model_name: M, health_check: {health_check}}}\n  \
+             - {{base_url: \"{}\", model_name: M, health_check: {health_check}}}\n\
+             env:\n  total_steps: 10\n  group_size: 2\n  use_wandb: false\n  \
+             data_path_to_save_groups: output.jsonl\n  llm_retry_backoff: 0.01\n",
+            live.base_url()
+        );
+        std::fs::write(tmp.path().join("config.yaml"), yaml).unwrap();
+        let out = tokio::process::Command::new(common::example_bin("terminal_test"))
+            .args(["process", "--config", "config.yaml"])
+            .current_dir(tmp.path())
+            .env("TMPDIR", tmp.path())
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let text = std::fs::read_to_string(tmp.path().join("output.jsonl")).unwrap();
+        let groups: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(groups.len(), 10, "every group written");
+        let scores: Vec<f64> = groups
+            .iter()
+            .map(|g| g["scores"][0].as_f64().unwrap())
+            .collect();
+        assert_eq!(
+            scores,
+            [0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+            "the same scores as with one live server: only the 123+456 task is solved"
+        );
+        for g in &groups {
+            for convo in g["messages"].as_array().unwrap() {
+                let convo = convo.as_array().unwrap();
+                assert!(convo.iter().any(|m| m["role"] == "tool"), "the tool ran");
+                assert_eq!(
+                    convo.last().unwrap()["content"],
+                    "finished",
+                    "rollout complete"
+                );
+            }
+        }
+        let (checked, marked) = (
+            stderr.matches("failed its health check").count(),
+            stderr.matches("marked down after").count(),
+        );
+        let expected = if health_check { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            (checked, marked),
+            expected,
+            "health_check {health_check}: {stderr}"
+        );
+        assert!(!stderr.contains("LLM call failed"), "{stderr}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The flags
+
+fn resolve_flags(
+    args: &[&str],
+) -> Result<hermes_env::config::ResolvedConfig, hermes_env::config::ConfigError> {
+    use hermes_env::config::cli::{parse, Invocation};
+    use hermes_env::config::{EnvDescriptor, HermesEnvConfig, NoConfig};
+    let desc = EnvDescriptor::new::<NoConfig>("my-env", "A test.", HermesEnvConfig::default());
+    let argv = std::iter::once("my-env").chain(args.iter().copied());
+    match parse("my-env", &desc, argv)? {
+        Invocation::Run(mode, flags) => hermes_env::config::resolve(&desc, mode, *flags),
+        _ => panic!("expected a run"),
+    }
+}
+
+#[test]
+fn retry_flags_set_the_policy_and_bad_values_are_one_line_errors() {
+    let cfg = resolve_flags(&[
+        "process",
+        "--env.llm_retries",
+        "5",
+        "--env.llm_retry_backoff",
+        "0.25",
+        "--env.llm_retry_backoff_cap",
+        "2",
+        "--env.llm_server_cooldown",
+        "7.5",
+    ])
+    .unwrap();
+    assert_eq!(
+        RetryPolicy::from_config(&cfg.env),
+        RetryPolicy {
+            attempts: 6,
+            base: Duration::from_millis(250),
+            cap: Duration::from_secs(2),
+        },
+        "llm_retries counts retries after the first attempt"
+    );
+    assert_eq!(
+        Failover::from_config(&cfg.env).cooldown,
+        Duration::from_millis(7500)
+    );
+    for (args, expected) in [
+        (
+            ["--env.llm_retries", "-1"],
+            "env.llm_retries: must be 0 or more, got -1",
+        ),
+        (
+            ["--env.llm_retry_backoff", "-0.5"],
+            "env.llm_retry_backoff: must be 0 or more seconds, got -0.5",
+        ),
+        (
+            ["--env.llm_server_cooldown", "0"],
+            "env.llm_server_cooldown: must be more than 0 seconds, got 0",
+        ),
+    ] {
+        let err = resolve_flags(&["process", args[0], args[1]])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
+}
