@@ -165,3 +165,92 @@ impl ToolCallParser for AutoParser {
         parse_unmarked(text, offered)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    const OFFERED: &[&str] = &["terminal", "read_file", "write_file"];
+
+    /// (name, arguments as JSON) of each call, and the content.
+    fn parse(text: &str) -> (Option<String>, Vec<(String, Value)>) {
+        let p = AutoParser.parse_offered(text, OFFERED);
+        let calls = p
+            .calls
+            .iter()
+            .map(|c| {
+                let args = serde_json::from_str(&c.function.arguments).expect("valid JSON");
+                (c.function.name.clone(), args)
+            })
+            .collect();
+        (p.content, calls)
+    }
+
+    fn greeting() -> Value {
+        json!({"path": "~/greeting.txt", "content": "Hello from Hermes Agent"})
+    }
+
+    #[test]
+    fn qwen25_coder_on_llama_server_answers_with_a_fenced_json_call() {
+        // Qwen2.5-Coder-1.5B-Instruct behind `llama-server --jinja`, terminal_test's first
+        // turn: the right call, as a fenced block in `content`, no `tool_calls`.
+        let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"~/greeting.txt\", \"content\": \"Hello from Hermes Agent\"}}\n```";
+        assert_eq!(parse(text), (None, vec![("write_file".into(), greeting())]));
+    }
+
+    #[test]
+    fn llama_cpp_python_chatml_function_calling_prefix() {
+        // llama-cpp-python's `chatml-function-calling` handler with a system prompt.
+        let text = "functions.write_file:\n{\"path\": \"~/greeting.txt\", \"content\": \"Hello from Hermes Agent\"}";
+        assert_eq!(parse(text), (None, vec![("write_file".into(), greeting())]));
+        assert_eq!(
+            parse("functions.write_file:"),
+            (None, vec![("write_file".into(), json!({}))])
+        );
+    }
+
+    #[test]
+    fn bare_objects_lists_string_arguments_parameters_and_the_openai_shape() {
+        let (content, calls) = parse(
+            "I'll list it. {\"name\": \"terminal\", \"arguments\": \"{\\\"command\\\": \\\"ls\\\"}\"} then \
+             [{\"name\": \"read_file\", \"parameters\": {\"path\": \"a\"}}, \
+              {\"type\": \"function\", \"function\": {\"name\": \"terminal\", \"arguments\": {\"command\": \"pwd\"}}}]",
+        );
+        assert_eq!(content.as_deref(), Some("I'll list it.  then"));
+        assert_eq!(
+            calls,
+            vec![
+                ("terminal".into(), json!({"command": "ls"})),
+                ("read_file".into(), json!({"path": "a"})),
+                ("terminal".into(), json!({"command": "pwd"})),
+            ]
+        );
+    }
+
+    #[test]
+    fn prose_json_examples_and_code_samples_stay_content() {
+        for text in [
+            "Sure! The answer is 42.",
+            "Your package.json: {\"name\": \"my-app\", \"version\": \"1.0.0\"}",
+            "Call it like {\"name\": \"delete_everything\", \"arguments\": {}}.",
+            "```python\ncall = {\"name\": \"terminal\", \"arguments\": {\"command\": \"ls\"}}\n```",
+            "```bash\nls -la\n```",
+            "[{\"name\": \"terminal\", \"arguments\": {}}, {\"name\": \"rm_rf\", \"arguments\": {}}]",
+            "{\"config\": {\"name\": \"terminal\", \"arguments\": {}}}",
+            "The functions.write_file: helper writes files.",
+            "```json\n{\"name\": \"terminal\", \"arguments\": {}} and more\n```",
+        ] {
+            assert_eq!(parse(text), (Some(text.to_owned()), vec![]), "{text}");
+        }
+    }
+
+    #[test]
+    fn explicit_markup_needs_no_offered_tools_and_wins() {
+        let text = "<tool_call>{\"name\": \"other\", \"arguments\": {}}</tool_call>";
+        assert_eq!(parse(text).1, vec![("other".into(), json!({}))]);
+        let p = AutoParser.parse("{\"name\": \"terminal\", \"arguments\": {}}");
+        assert!(p.calls.is_empty());
+    }
+}
