@@ -3,7 +3,7 @@
 //! (`<minimax:tool_call>` blocks, no prefix), Step-3 (`<｜tool_calls_begin｜>` sections,
 //! `steptml:`) and DeepSeek V3.2 / V4 DSML (`｜DSML｜`, see `dsml.rs`). A parameter tagged
 //! `string="true"` is the raw string, `string="false"` JSON; untagged values go through the
-//! JSON → Python literal → text heuristics. Missing closing tags are read to the next tag or
+//! JSON → Python literal → text heuristics (a string keeps its surrounding whitespace). Missing closing tags are read to the next tag or
 //! the end of the text.
 
 use serde_json::{Map, Value};
@@ -58,10 +58,7 @@ fn param_value(raw: &str, string: Option<&str>) -> Value {
     match string {
         Some("true") => Value::String(raw.to_owned()),
         Some("false") => serde_json::from_str(raw.trim()).unwrap_or_else(|_| heuristic_value(raw)),
-        _ => {
-            let v = raw.strip_prefix('\n').unwrap_or(raw);
-            heuristic_value(v.strip_suffix('\n').unwrap_or(v))
-        }
+        _ => heuristic_value(raw),
     }
 }
 

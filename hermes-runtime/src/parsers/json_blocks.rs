@@ -35,6 +35,8 @@ pub struct JsonBlockParser {
     layout: Layout,
     /// Rendered between the marker and the JSON (and before the closing marker).
     pad: &'static str,
+    /// An end-of-turn token dropped from the end of the text (GigaChat's `</s>`).
+    eos: Option<&'static str>,
 }
 
 const fn family(
@@ -50,6 +52,7 @@ const fn family(
         arguments_key,
         layout,
         pad,
+        eos: None,
     }
 }
 
@@ -106,18 +109,23 @@ pub const ERNIE45: JsonBlockParser = family(
 );
 /// Phi-4-mini: `functools[{…}]`.
 pub const PHI4_MINI: JsonBlockParser = family(&["functools"], None, "arguments", Layout::List, "");
-/// GigaChat 3: `<|message_sep|>function call<|role_sep|>\n{…}`.
-pub const GIGACHAT3: JsonBlockParser = family(
-    &[
-        "<|message_sep|>function call<|role_sep|>\n",
-        "function call<|role_sep|>\n",
-        "<|function_call|>",
-    ],
-    None,
-    "arguments",
-    Layout::Each,
-    "",
-);
+/// GigaChat 3: `<|message_sep|>\n\nfunction call<|role_sep|>\n{…}` (3.1: `<|function_call|>{…}`),
+/// optionally ended by `</s>`.
+pub const GIGACHAT3: JsonBlockParser = JsonBlockParser {
+    eos: Some("</s>"),
+    ..family(
+        &[
+            "<|message_sep|>\n\nfunction call<|role_sep|>\n",
+            "<|message_sep|>function call<|role_sep|>\n",
+            "function call<|role_sep|>\n",
+            "<|function_call|>",
+        ],
+        None,
+        "arguments",
+        Layout::Each,
+        "",
+    )
+};
 /// Qwen2.5-Coder: `<tools>{…}</tools>` (or a list).
 pub const QWEN25_CODER: JsonBlockParser = family(
     &["<tools>"],
@@ -208,7 +216,11 @@ impl JsonBlockParser {
 impl ToolCallParser for JsonBlockParser {
     fn parse(&self, text: &str) -> Parsed {
         let mut out = Builder::default();
-        let mut rest = text;
+        let body = match self.eos {
+            Some(eos) => text.trim_end().strip_suffix(eos).unwrap_or(text),
+            None => text,
+        };
+        let mut rest = body;
         while let Some((at, len)) = self.next_open(rest) {
             out.text(&rest[..at]);
             let (body, next) = self.block(&rest[at + len..]);

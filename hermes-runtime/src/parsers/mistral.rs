@@ -160,7 +160,8 @@ impl ToolCallParser for MistralParser {
                 None => legacy_chunk(lead, &mut out),
             }
         }
-        out.finish_for(text)
+        // Without a call the text comes back without the special tokens, as upstream does.
+        out.finish()
     }
 
     fn render(&self, content: &str, calls: &[ToolCall]) -> String {

@@ -29,8 +29,8 @@ pub struct Olmo3Parser;
 enum CallRead {
     /// A complete call and the bytes it used.
     Done(ToolCall, usize),
-    /// A name and `(` were read but the rest is cut short or broken: (name, raw text).
-    Broken(String, String),
+    /// A name and `(` were read but the rest is cut short or broken.
+    Broken(String),
     /// Not a call.
     No,
 }
@@ -59,7 +59,7 @@ fn read_call(s: &str) -> CallRead {
         return CallRead::No;
     }
     let name = &s[..name_len];
-    let broken = || CallRead::Broken(name.to_owned(), s.trim().to_owned());
+    let broken = || CallRead::Broken(name.to_owned());
     let mut pos = name_len + 1;
     let mut args = Map::new();
     loop {
@@ -113,13 +113,38 @@ fn read_calls(s: &str, end: Option<char>, out: &mut Builder) -> Option<usize> {
                 any = true;
                 pos += used;
             }
-            CallRead::Broken(name, raw) => {
-                out.call(ToolCall::new(name, raw));
-                return Some(s.len());
+            CallRead::Broken(name) => {
+                // Keep the name with the raw text as (invalid) arguments, then go on with the
+                // next call of the list, if one can be found.
+                let resume = next_call_start(trimmed).unwrap_or(trimmed.len());
+                let raw = trimmed[..resume].trim_end().trim_end_matches(',');
+                out.call(ToolCall::new(name, raw.trim()));
+                any = true;
+                if resume == trimmed.len() {
+                    return Some(s.len());
+                }
+                pos += resume;
             }
             CallRead::No => return (any && end.is_none()).then_some(pos),
         }
     }
+}
+
+/// Offset of the next `, name(` after the start of `s` (where a list resumes after a broken
+/// call).
+fn next_call_start(s: &str) -> Option<usize> {
+    let mut pos = 0;
+    while let Some(rel) = s[pos..].find(',') {
+        let after = &s[pos + rel + 1..];
+        let lead = after.len() - after.trim_start().len();
+        let candidate = pos + rel + 1 + lead;
+        let len = identifier_len(&s[candidate..]);
+        if len > 0 && s[candidate + len..].starts_with('(') {
+            return Some(candidate);
+        }
+        pos += rel + 1;
+    }
+    None
 }
 
 /// Finds `[name(` call lists anywhere in `text`.

@@ -22,18 +22,23 @@ const PARAM_CLOSE: &str = "</parameter>";
 pub struct XmlFunctionParser {
     block_open: &'static str,
     block_close: &'static str,
+    /// Reasoning tags whose inside is content, never calls (Seed-OSS writes call examples
+    /// while thinking).
+    reasoning: Option<(&'static str, &'static str)>,
 }
 
 /// Qwen3-Coder: `<tool_call>` blocks.
 pub const QWEN3_CODER: XmlFunctionParser = XmlFunctionParser {
     block_open: "<tool_call>",
     block_close: "</tool_call>",
+    reasoning: None,
 };
 
 /// Seed-OSS: `<seed:tool_call>` blocks.
 pub const SEED_OSS: XmlFunctionParser = XmlFunctionParser {
     block_open: "<seed:tool_call>",
     block_close: "</seed:tool_call>",
+    reasoning: Some(("<seed:think>", "</seed:think>")),
 };
 
 /// `call_` and 24 hex digits.
@@ -144,7 +149,21 @@ impl XmlFunctionParser {
 impl ToolCallParser for XmlFunctionParser {
     fn parse(&self, text: &str) -> Parsed {
         let mut out = Builder::default();
-        self.read_into(text, &mut out);
+        let Some((think_open, think_close)) = self.reasoning else {
+            self.read_into(text, &mut out);
+            return out.finish_for(text);
+        };
+        let mut rest = text;
+        while let Some(start) = rest.find(think_open) {
+            self.read_into(&rest[..start], &mut out);
+            let after = &rest[start..];
+            let end = after
+                .find(think_close)
+                .map_or(after.len(), |e| e + think_close.len());
+            out.text(&after[..end]);
+            rest = &after[end..];
+        }
+        self.read_into(rest, &mut out);
         out.finish_for(text)
     }
 
