@@ -3,7 +3,7 @@
 //! ended by `<|end|>`, `<|call|>` or `<|return|>`. A message addressed `to=functions.NAME` is a
 //! call whose body is the JSON arguments; `final` and recipient-less `commentary` messages are
 //! content; `analysis` messages are reasoning and left out of the content. Text without
-//! harmony messages is returned unchanged.
+//! harmony messages is returned unchanged; the framing tokens are never content.
 
 use super::common::{arguments_json, raw_arguments, unchanged, Builder};
 use super::{Parsed, ToolCallParser};
@@ -81,7 +81,8 @@ impl ToolCallParser for HarmonyParser {
             rest = next;
         }
         out.text(rest);
-        out.finish_for(text)
+        // Harmony framing is never content, calls or not.
+        out.finish()
     }
 
     fn render(&self, content: &str, calls: &[ToolCall]) -> String {

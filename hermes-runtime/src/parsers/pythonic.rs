@@ -130,11 +130,11 @@ fn read_calls(s: &str, end: Option<char>, out: &mut Builder) -> Option<usize> {
     }
 }
 
-/// Offset of the next `, name(` after the start of `s` (where a list resumes after a broken
-/// call).
+/// Offset of the next `, name(` (or a new line starting `name(`) after the start of `s`, where
+/// a list resumes after a broken call.
 fn next_call_start(s: &str) -> Option<usize> {
     let mut pos = 0;
-    while let Some(rel) = s[pos..].find(',') {
+    while let Some(rel) = s[pos..].find([',', '\n']) {
         let after = &s[pos + rel + 1..];
         let lead = after.len() - after.trim_start().len();
         let candidate = pos + rel + 1 + lead;
