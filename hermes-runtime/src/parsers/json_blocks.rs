@@ -37,6 +37,8 @@ pub struct JsonBlockParser {
     pad: &'static str,
     /// An end-of-turn token dropped from the end of the text (GigaChat's `</s>`).
     eos: Option<&'static str>,
+    /// Reasoning tags whose inside is content, never calls (MiniMax-M1 thinks in `<think>`).
+    reasoning: Option<(&'static str, &'static str)>,
 }
 
 const fn family(
@@ -53,6 +55,7 @@ const fn family(
         layout,
         pad,
         eos: None,
+        reasoning: None,
     }
 }
 
@@ -83,14 +86,18 @@ pub const JAMBA: JsonBlockParser = family(
     Layout::List,
     "",
 );
-/// MiniMax-M1 (`minimax`): `<tool_calls>` with one object per line.
-pub const MINIMAX: JsonBlockParser = family(
-    &["<tool_calls>"],
-    Some("</tool_calls>"),
-    "arguments",
-    Layout::Lines,
-    "\n",
-);
+/// MiniMax-M1 (`minimax`): `<tool_calls>` with one object per line; calls inside `<think>`
+/// are part of the reasoning.
+pub const MINIMAX: JsonBlockParser = JsonBlockParser {
+    reasoning: Some(("<think>", "</think>")),
+    ..family(
+        &["<tool_calls>"],
+        Some("</tool_calls>"),
+        "arguments",
+        Layout::Lines,
+        "\n",
+    )
+};
 /// Hunyuan-A13B: `<tool_calls>[{…}]</tool_calls>`.
 pub const HUNYUAN: JsonBlockParser = family(
     &["<tool_calls>"],
@@ -164,14 +171,17 @@ fn read_values(body: &str, out: &mut Builder) -> bool {
                 rest = &rest[used..];
             }
             None => {
-                let name = salvage_name(rest);
+                // Broken JSON: up to the next line that starts a new object is this value.
+                let end = rest.find("\n{").map_or(rest.len(), |i| i + 1);
+                let (broken, next) = rest.split_at(end);
+                let name = salvage_name(broken);
                 if name.trim().is_empty() {
-                    out.text(rest);
+                    out.text(broken);
                 } else {
-                    out.call(ToolCall::new(name.trim(), rest.trim()));
+                    out.call(ToolCall::new(name.trim(), broken.trim()));
                     found = true;
                 }
-                return found;
+                rest = next;
             }
         }
     }
@@ -211,16 +221,10 @@ impl JsonBlockParser {
             .unwrap_or_default();
         format!("{}{}{json}{close}", self.open[0], self.pad)
     }
-}
 
-impl ToolCallParser for JsonBlockParser {
-    fn parse(&self, text: &str) -> Parsed {
-        let mut out = Builder::default();
-        let body = match self.eos {
-            Some(eos) => text.trim_end().strip_suffix(eos).unwrap_or(text),
-            None => text,
-        };
-        let mut rest = body;
+    /// Reads the blocks of `text` (no reasoning inside) into `out`.
+    fn read_blocks(&self, text: &str, out: &mut Builder) {
+        let mut rest = text;
         while let Some((at, len)) = self.next_open(rest) {
             out.text(&rest[..at]);
             let (body, next) = self.block(&rest[at + len..]);
@@ -240,6 +244,28 @@ impl ToolCallParser for JsonBlockParser {
             rest = next;
         }
         out.text(rest);
+    }
+}
+
+impl ToolCallParser for JsonBlockParser {
+    fn parse(&self, text: &str) -> Parsed {
+        let mut out = Builder::default();
+        let mut rest = match self.eos {
+            Some(eos) => text.trim_end().strip_suffix(eos).unwrap_or(text),
+            None => text,
+        };
+        if let Some((think_open, think_close)) = self.reasoning {
+            while let Some(start) = rest.find(think_open) {
+                self.read_blocks(&rest[..start], &mut out);
+                let after = &rest[start..];
+                let end = after
+                    .find(think_close)
+                    .map_or(after.len(), |e| e + think_close.len());
+                out.text(&after[..end]);
+                rest = &after[end..];
+            }
+        }
+        self.read_blocks(rest, &mut out);
         out.finish_for(text)
     }
 

@@ -1022,8 +1022,79 @@ fn special_cases() -> Vec<Case> {
     ]
 }
 
+fn more_cases() -> Vec<Case> {
+    let m = "vllm tests/tool_parsers/test_minimax_tool_parser.py";
+    let f = "minimax";
+    let dallas = json!({"city": "Dallas", "state": "TX", "unit": "fahrenheit"});
+    let think = "<think>I should use a tool. <tool_calls>\n{\"name\": \"ignored_tool\", \"arguments\": {\"should\": \"ignore\"}}\n</tool_calls></think>\n\nLet me help you with the weather.";
+    let mut cases = vec![
+        case(f, m, "no_tools", "This is a test", want(Content::Eq(Some("This is a test")), none())),
+        case(f, m, "single_tool_call", "<tool_calls>\n{\"name\": \"get_current_weather\", \"arguments\": {\"city\": \"Dallas\", \"state\": \"TX\", \"unit\": \"fahrenheit\"}}\n</tool_calls>", want(Content::Eq(None), one("get_current_weather", dallas.clone()))),
+        case(f, m, "multiple_tool_calls", "<tool_calls>\n{\"name\": \"get_current_weather\", \"arguments\": {\"city\": \"Dallas\", \"state\": \"TX\", \"unit\": \"fahrenheit\"}}\n{\"name\": \"get_current_weather\", \"arguments\": {\"city\": \"Orlando\", \"state\": \"FL\", \"unit\": \"fahrenheit\"}}\n</tool_calls>", want(Content::Eq(None), Calls::Exact(vec![("get_current_weather", Args::Eq(dallas)), ("get_current_weather", Args::Eq(json!({"city": "Orlando", "state": "FL", "unit": "fahrenheit"})))]))),
+        case(f, m, "tool_call_with_content_before", "I'll help you check the weather. <tool_calls>\n{\"name\": \"get_current_weather\", \"arguments\": {\"city\": \"Seattle\", \"state\": \"WA\", \"unit\": \"celsius\"}}\n</tool_calls>", want(Content::Eq(Some("I'll help you check the weather.")), one("get_current_weather", json!({"city": "Seattle", "state": "WA", "unit": "celsius"})))),
+        case(f, m, "tool_call_incomplete_tag", "<tool_calls>\n{\"name\": \"get_current_weather\", \"arguments\": {\"city\": \"Boston\", \"state\": \"MA\"}}", want(Content::Eq(None), one("get_current_weather", json!({"city": "Boston", "state": "MA"})))),
+        case(f, m, "with_thinking_tags", format!("{think} <tool_calls>\n{{\"name\": \"get_current_weather\", \"arguments\": {{\"city\": \"Miami\", \"state\": \"FL\", \"unit\": \"fahrenheit\"}}}}\n</tool_calls>"), want(Content::Eq(Some(think)), Calls::Names(vec!["get_current_weather"]))),
+        case(f, m, "invalid_json", "<tool_calls>\n{\"name\": \"valid_tool\", \"arguments\": {\"city\": \"Seattle\"}}\n{invalid json here}\n{\"name\": \"another_valid_tool\", \"arguments\": {\"param\": \"value\"}}\n</tool_calls>", want(Content::Any, Calls::Names(vec!["valid_tool", "another_valid_tool"]))),
+        case(f, m, "missing_name_or_arguments", "<tool_calls>\n{\"name\": \"valid_tool\", \"arguments\": {\"city\": \"Seattle\"}}\n{\"name\": \"missing_args\"}\n{\"arguments\": {\"city\": \"Portland\"}}\n{\"name\": \"another_valid_tool\", \"arguments\": {\"param\": \"value\"}}\n</tool_calls>", want(Content::Any, Calls::Names(vec!["valid_tool", "another_valid_tool"])))
+            .differs(want(Content::Any, Calls::Names(vec!["valid_tool", "missing_args", "another_valid_tool"])), "a call without arguments is a call with none ({}), as in every JSON family here"),
+        case(f, m, "multiline_json_not_supported", "<tool_calls>\n{\n  \"name\": \"get_current_weather\",\n  \"arguments\": {\n    \"city\": \"New York\",\n    \"state\": \"NY\",\n    \"unit\": \"celsius\"\n  }\n}\n</tool_calls>", want(Content::Eq(None), none()))
+            .differs(want(Content::Eq(None), one("get_current_weather", json!({"city": "New York", "state": "NY", "unit": "celsius"}))), "a pretty-printed call object is read like a one-line one"),
+    ];
+    cases.extend(common(Common {
+        family: "longcat",
+        source: "vllm tests/tool_parsers/test_longcat_tool_parser.py",
+        no_tool_calls: "This is a regular response without any tool calls.",
+        single: r#"<longcat_tool_call>{"name": "get_weather", "arguments": {"city": "Tokyo"}}</longcat_tool_call>"#,
+        single_name: "get_weather",
+        single_args: json!({"city": "Tokyo"}),
+        single_content: Some(None),
+        parallel: "<longcat_tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\"}}</longcat_tool_call>\n<longcat_tool_call>{\"name\": \"get_time\", \"arguments\": {\"timezone\": \"Asia/Tokyo\"}}</longcat_tool_call>",
+        parallel_names: vec!["get_weather", "get_time"],
+        various: leak(format!("<longcat_tool_call>{VARIOUS_JSON}</longcat_tool_call>")),
+        typed: true,
+        empty: r#"<longcat_tool_call>{"name": "refresh", "arguments": {}}</longcat_tool_call>"#,
+        surrounding: "Let me check the weather for you.\n<longcat_tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Tokyo\"}}</longcat_tool_call>\nHere is the result.",
+        escaped: leak(format!("<longcat_tool_call>{ESCAPED_JSON}</longcat_tool_call>")),
+        malformed: vec![
+            r#"<longcat_tool_call>{"name": "func", "arguments": {"#,
+            r#"<longcat_tool_call>{"name": "func", "arguments": "not a dict"}</longcat_tool_call>"#,
+            "Some text with <longcat_tool_call>invalid json",
+        ],
+    }));
+    let l = "vllm tests/tool_parsers/test_llama4_pythonic_tool_parser.py";
+    let f = "llama4_pythonic";
+    let la = json!({"city": "LA", "metric": "C"});
+    let pair = || {
+        Calls::Exact(vec![
+            (
+                "get_weather",
+                Args::Eq(json!({"city": "LA", "metric": "C"})),
+            ),
+            ("register_user", Args::Eq(json!({"name": "Doe", "age": 9}))),
+        ])
+    };
+    cases.extend([
+        case(f, l, "no_tool_call", "How can I help you today?", want(Content::Eq(Some("How can I help you today?")), none())),
+        case(f, l, "simple", "[get_weather(city='LA', metric='C')]", want(Content::Any, one("get_weather", la.clone()))),
+        case(f, l, "more_types", "[register_user(name='Doe', age=9, address={'city': 'LA', 'state': 'CA'}, role=None, passed_test=True, aliases=['John', 'Johnny'])]", want(Content::Any, one("register_user", json!({"name": "Doe", "age": 9, "address": {"city": "LA", "state": "CA"}, "role": null, "passed_test": true, "aliases": ["John", "Johnny"]})))),
+        case(f, l, "parameterless", "[get_weather()]", want(Content::Any, one("get_weather", json!({})))),
+        case(f, l, "empty_dict", "[do_something_cool(additional_data={})]", want(Content::Any, one("do_something_cool", json!({"additional_data": {}})))),
+        case(f, l, "empty_list", "[do_something_cool(steps=[])]", want(Content::Any, one("do_something_cool", json!({"steps": []})))),
+        case(f, l, "escaped_string", r#"[get_weather(city='Martha\'s Vineyard', metric='\"cool units\"')]"#, want(Content::Any, one("get_weather", json!({"city": "Martha's Vineyard", "metric": "\"cool units\""})))),
+        case(f, l, "parallel_calls (no spaces)", "[get_weather(city='LA',metric='C'),register_user(name='Doe',age=9)]", want(Content::Any, pair())),
+        case(f, l, "python_tag", "<|python_start|>[get_weather(city='LA', metric='C')]<|python_end|>", want(Content::Any, one("get_weather", la.clone()))),
+        case(f, l, "parallel_calls (python tag, no end tag)", "<|python_start|>[get_weather(city='LA', metric='C'), register_user(name='Doe', age=9)]", want(Content::Any, pair())),
+        case(f, l, "bad_sibling_call_does_not_drop_good_calls", "<|python_start|>[bad(x=b'z'), get_weather(city='LA', metric='C')]<|python_end|>", want(Content::Any, one("get_weather", la.clone())))
+            .differs(want(Content::Eq(None), Calls::Exact(vec![("bad", Args::Invalid), ("get_weather", Args::Eq(la.clone()))])), KEEP_BROKEN),
+        case(f, l, "non_finite_argument_rejected", "<|python_start|>[calc(x=1e999), get_weather(city='LA', metric='C')]<|python_end|>", want(Content::Any, one("get_weather", la)))
+            .differs(want(Content::Eq(None), Calls::Exact(vec![("calc", Args::Invalid), ("get_weather", Args::Eq(json!({"city": "LA", "metric": "C"})))])), KEEP_BROKEN),
+    ]);
+    cases
+}
+
 fn all_cases() -> Vec<Case> {
     let mut cases = hermes_cases();
+    cases.extend(more_cases());
     cases.extend(mistral_cases());
     cases.extend(llama_cases());
     cases.extend(pythonic_cases());
