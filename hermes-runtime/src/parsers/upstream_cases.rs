@@ -1022,6 +1022,36 @@ fn special_cases() -> Vec<Case> {
     ]
 }
 
+fn hermes_agent_cases() -> Vec<Case> {
+    let s = "hermes-agent tests/test_tool_call_parsers.py";
+    let h = "hermes";
+    let d = "deepseek_v3";
+    let ds = |calls: &[(&str, &str)]| {
+        let body: String = calls
+            .iter()
+            .map(|(n, a)| format!("<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{a}\n```<｜tool▁call▁end｜>"))
+            .collect();
+        format!("<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>")
+    };
+    vec![
+        case(h, s, "no_tool_call", "Hello, I can help you with that.", want(Content::Eq(Some("Hello, I can help you with that.")), none())),
+        case(h, s, "single_tool_call", r#"<tool_call>{"name": "terminal", "arguments": {"command": "ls -la"}}</tool_call>"#, want(Content::Any, one("terminal", json!({"command": "ls -la"})))),
+        case(h, s, "tool_call_with_surrounding_text", "Let me check that for you.\n<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"pwd\"}}</tool_call>", want(Content::Eq(Some("Let me check that for you.")), one("terminal", json!({"command": "pwd"})))),
+        case(h, s, "multiple_tool_calls", "<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls\"}}</tool_call>\n<tool_call>{\"name\": \"read_file\", \"arguments\": {\"path\": \"test.py\"}}</tool_call>", want(Content::Any, Calls::Names(vec!["terminal", "read_file"]))),
+        case(h, s, "tool_call_ids_are_unique", "<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls\"}}</tool_call>\n<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"pwd\"}}</tool_call>", want(Content::Any, Calls::Names(vec!["terminal", "terminal"]))),
+        case(h, s, "empty_string", "", want(Content::Eq(None), none())),
+        case(h, s, "malformed_json_in_tool_call", "<tool_call>not valid json</tool_call>", want(Content::Any, Calls::NoPanic)),
+        case(h, s, "truncated_tool_call", r#"<tool_call>{"name": "terminal", "arguments": {"command": "ls -la"}"#, want(Content::Any, Calls::NoPanic)),
+        case(h, s, "contract: no_tools_returns_none_tool_calls", "Just plain text, no tools.", want(Content::Eq(Some("Just plain text, no tools.")), none())),
+        case(d, s, "no_tool_call", "Hello, I can help you with that.", want(Content::Eq(Some("Hello, I can help you with that.")), none())),
+        case(d, s, "single_tool_call", ds(&[("terminal", r#"{"command": "ls -la"}"#)]), want(Content::Any, one("terminal", json!({"command": "ls -la"})))),
+        case(d, s, "multiple_tool_calls (issue #989)", format!("Let me run some commands.\n{}", ds(&[("terminal", r#"{"command": "ls"}"#), ("read_file", r#"{"path": "test.py"}"#)])), want(Content::Any, Calls::Names(vec!["terminal", "read_file"]))),
+        case(d, s, "three_tool_calls", ds(&[("terminal", r#"{"command": "echo 1"}"#), ("terminal", r#"{"command": "echo 2"}"#), ("terminal", r#"{"command": "echo 3"}"#)]), want(Content::Any, Calls::Names(vec!["terminal", "terminal", "terminal"]))),
+        case(d, s, "tool_call_ids_unique", ds(&[("terminal", r#"{"command": "ls"}"#), ("terminal", r#"{"command": "pwd"}"#)]), want(Content::Any, Calls::Names(vec!["terminal", "terminal"]))),
+        case(d, s, "content_before_tool_calls", format!("I will help you check that.\n{}", ds(&[("terminal", r#"{"command": "pwd"}"#)])), want(Content::Eq(Some("I will help you check that.")), one("terminal", json!({"command": "pwd"})))),
+    ]
+}
+
 fn more_cases() -> Vec<Case> {
     let m = "vllm tests/tool_parsers/test_minimax_tool_parser.py";
     let f = "minimax";
@@ -1061,6 +1091,52 @@ fn more_cases() -> Vec<Case> {
             "Some text with <longcat_tool_call>invalid json",
         ],
     }));
+    let q = "vllm tests/tool_parsers/test_qwen3coder_tool_parser.py";
+    let f = "qwen3_coder";
+    let weather = |city: &str, state: &str| {
+        format!("<tool_call>\n<function=get_current_weather>\n<parameter=city>\n{city}\n</parameter>\n<parameter=state>\n{state}\n</parameter>\n<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>")
+    };
+    let dallas = json!({"city": "Dallas", "state": "TX", "unit": "fahrenheit"});
+    cases.extend([
+        case(f, q, "no_tools", "This is a test response without any tool calls", want(Content::Eq(Some("This is a test response without any tool calls")), none())),
+        case(f, q, "single_tool", weather("Dallas", "TX"), want(Content::Eq(None), one("get_current_weather", dallas.clone()))),
+        case(f, q, "single_tool_with_content", format!("Sure! Let me check the weather for you.{}", weather("Dallas", "TX")), want(Content::Eq(Some("Sure! Let me check the weather for you.")), one("get_current_weather", dallas.clone()))),
+        case(f, q, "single_tool_multiline_param", "<tool_call>\n<function=calculate_area>\n<parameter=shape>\nrectangle\n</parameter>\n<parameter=dimensions>\n{\"width\": 10, \n \"height\": 20}\n</parameter>\n<parameter=precision>\n2\n</parameter>\n</function>\n</tool_call>", want(Content::Eq(None), one("calculate_area", json!({"shape": "rectangle", "dimensions": {"width": 10, "height": 20}, "precision": 2})))),
+        case(f, q, "parallel_tools", format!("{}\n{}", weather("Dallas", "TX"), weather("Orlando", "FL")), want(Content::Eq(None), Calls::Exact(vec![("get_current_weather", Args::Eq(dallas)), ("get_current_weather", Args::Eq(json!({"city": "Orlando", "state": "FL", "unit": "fahrenheit"})))]))),
+        case(f, q, "tool_with_typed_params", "Let me calculate that area for you.<tool_call>\n<function=calculate_area>\n<parameter=shape>\ncircle\n</parameter>\n<parameter=dimensions>\n{\"radius\": 15.5}\n</parameter>\n<parameter=precision>\n3\n</parameter>\n</function>\n</tool_call>", want(Content::Eq(Some("Let me calculate that area for you.")), one("calculate_area", json!({"shape": "circle", "dimensions": {"radius": 15.5}, "precision": 3})))),
+        case(f, q, "fallback_no_tags", "<function=get_current_weather>\n<parameter=city>\nDallas\n</parameter>\n<parameter=state>\nTX\n</parameter>\n</function>", want(Content::Any, Calls::Names(vec!["get_current_weather"]))),
+        case(f, q, "type_conversion", "<tool_call>\n<function=test_types>\n<parameter=int_param>\n42\n</parameter>\n<parameter=float_param>\n3.14\n</parameter>\n<parameter=bool_param>\ntrue\n</parameter>\n<parameter=str_param>\nhello world\n</parameter>\n<parameter=obj_param>\n{\"key\": \"value\"}\n</parameter>\n</function>\n</tool_call>", want(Content::Any, one("test_types", json!({"int_param": 42, "float_param": 3.14, "bool_param": true, "str_param": "hello world", "obj_param": {"key": "value"}})))),
+    ]);
+    let g = "vllm tests/tool_parsers/test_glm47_moe_tool_parser.py";
+    let f = "glm47";
+    let beijing = json!({"city": "Beijing"});
+    cases.extend([
+        case(f, g, "no_tool_call", "This is a plain response.", want(Content::Eq(Some("This is a plain response.")), none())),
+        case(f, g, "zero_arg_inline", "<tool_call>get_current_date</tool_call>", want(Content::Eq(None), one("get_current_date", json!({})))),
+        case(f, g, "zero_arg_newline", "<tool_call>get_current_date\n</tool_call>", want(Content::Any, Calls::Names(vec!["get_current_date"]))),
+        case(f, g, "args_same_line", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call>", want(Content::Any, one("get_weather", beijing.clone()))),
+        case(f, g, "args_with_newlines", "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n</tool_call>", want(Content::Any, one("get_weather", beijing))),
+        case(f, g, "content_before", "Checking.<tool_call>get_current_date</tool_call>", want(Content::Eq(Some("Checking.")), Calls::Names(vec!["get_current_date"]))),
+        case(f, g, "multiple", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Beijing</arg_value></tool_call><tool_call>get_weather<arg_key>city</arg_key><arg_value>Shanghai</arg_value></tool_call>", want(Content::Any, Calls::Names(vec!["get_weather", "get_weather"]))),
+        case(f, g, "whitespace_content_none", "  \n  <tool_call>get_current_date</tool_call>", want(Content::Eq(None), Calls::Names(vec!["get_current_date"]))),
+    ]);
+    let d = "vllm tests/tool_parsers/test_deepseekv4_tool_parser.py";
+    let v4 = |name: &str, params: &[(&str, &str)]| {
+        let params: String = params
+            .iter()
+            .map(|(k, v)| {
+                format!("<｜DSML｜parameter name=\"{k}\" string=\"true\">{v}</｜DSML｜parameter>\n")
+            })
+            .collect();
+        format!("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"{name}\">\n{params}</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
+    };
+    let search = v4("search", &[("query", "vllm")]).replace("tool_calls", "function_calls");
+    cases.extend([
+        case("deepseek_v4", d, "extract_tool_calls", format!("Let me check. {}", v4("get_weather", &[("location", "Beijing"), ("unit", "celsius")])), want(Content::Eq(Some("Let me check. ")), one("get_weather", json!({"location": "Beijing", "unit": "celsius"})))),
+        case("deepseek_v4", d, "function_calls_block_is_not_accepted", search.clone(), want(Content::Eq(Some(leak(search))), none()))
+            .differs(want(Content::Eq(None), one("search", json!({"query": "vllm"}))), "both DSML block names carry the same invoke grammar; reading the V3.2 name too loses no call and invents nothing"),
+        case("deepseek_v4", d, "streaming_extracts_complete_invokes (non-streaming parse)", v4("search", &[("query", "deepseek v4")]), want(Content::Any, one("search", json!({"query": "deepseek v4"})))),
+    ]);
     let l = "vllm tests/tool_parsers/test_llama4_pythonic_tool_parser.py";
     let f = "llama4_pythonic";
     let la = json!({"city": "LA", "metric": "C"});
@@ -1094,6 +1170,7 @@ fn more_cases() -> Vec<Case> {
 
 fn all_cases() -> Vec<Case> {
     let mut cases = hermes_cases();
+    cases.extend(hermes_agent_cases());
     cases.extend(more_cases());
     cases.extend(mistral_cases());
     cases.extend(llama_cases());
