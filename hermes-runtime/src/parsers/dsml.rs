@@ -13,6 +13,7 @@
 //! `string="false"` values are JSON. Both parsers read both block names, and the spelling with
 //! ASCII pipes (`<|DSML|invoke …>`, also spaced `< | DSML | `) that the models sometimes emit.
 
+use super::common::unchanged;
 use super::invoke::InvokeFormat;
 use super::{Parsed, ToolCallParser};
 use crate::llm::ToolCall;
@@ -95,19 +96,14 @@ fn normalize(text: &str) -> String {
 /// Parses with `format`, normalising the ASCII spelling first when present.
 fn parse_dsml(format: &InvokeFormat, text: &str) -> Parsed {
     if !text.contains("DSML") {
-        return Parsed {
-            content: Some(text.trim().to_owned()).filter(|t| !t.is_empty()),
-            calls: Vec::new(),
-        };
+        return unchanged(text);
     }
     if text.contains(&format!("<{MARK}")) && !text.contains('|') {
         return format.parse_text(text);
     }
-    let normalized = normalize(text);
-    let mut parsed = format.parse_text(&normalized);
+    let parsed = format.parse_text(&normalize(text));
     if parsed.calls.is_empty() {
-        let t = text.trim();
-        parsed.content = (!t.is_empty()).then(|| t.to_owned());
+        return unchanged(text);
     }
     parsed
 }

@@ -3,12 +3,13 @@
 //! (`<minimax:tool_call>` blocks, no prefix), Step-3 (`<｜tool_calls_begin｜>` sections,
 //! `steptml:`) and DeepSeek V3.2 / V4 DSML (`｜DSML｜`, see `dsml.rs`). A parameter tagged
 //! `string="true"` is the raw string, `string="false"` JSON; untagged values go through the
-//! JSON → Python literal → text heuristics (a string keeps its surrounding whitespace). Missing closing tags are read to the next tag or
+//! JSON → Python literal → text heuristics (a string keeps its surrounding whitespace). An
+//! invoke without parameter tags may hold its arguments as one JSON object. Missing closing tags are read to the next tag or
 //! the end of the text.
 
 use serde_json::{Map, Value};
 
-use super::common::{arguments_object, heuristic_value, plausible_name, Builder};
+use super::common::{arguments_object, heuristic_value, leading_json, plausible_name, Builder};
 use super::{Parsed, ToolCallParser};
 use crate::atropos::json::to_python_string;
 use crate::llm::ToolCall;
@@ -51,6 +52,18 @@ fn attribute<'a>(tag: &'a str, key: &str) -> Option<&'a str> {
         rest = &rest[at + key.len()..];
     }
     None
+}
+
+/// An invoke body that is exactly one JSON object.
+fn json_body(body: &str) -> Option<Value> {
+    let t = body.trim();
+    if !t.starts_with('{') {
+        return None;
+    }
+    match leading_json(t) {
+        Some((object @ Value::Object(_), used)) if t[used..].trim().is_empty() => Some(object),
+        _ => None,
+    }
 }
 
 /// A parameter value by its `string` attribute.
@@ -108,6 +121,12 @@ impl InvokeFormat {
             let name = plausible_name(attribute(tag, "name").unwrap_or_default());
             if !name.is_empty() {
                 let args = Value::Object(self.arguments(body));
+                // Without parameter tags the body may be the JSON object itself (DSML's
+                // second layout).
+                let args = match json_body(body) {
+                    Some(object) if args.as_object().is_some_and(Map::is_empty) => object,
+                    _ => args,
+                };
                 out.call(ToolCall::new(name, to_python_string(&args)));
                 found = true;
             }

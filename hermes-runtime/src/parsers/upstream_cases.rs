@@ -1,5 +1,6 @@
 //! Per-family test tables built from the upstream parser suites (vLLM `tests/tool_parsers/`,
-//! non-streaming expectations). Every case names the upstream file it comes from and states
+//! SGLang's function-call parser tests, hermes-agent's parser tests; non-streaming
+//! expectations, streaming inputs parsed whole). Every case names the upstream file it comes from and states
 //! what upstream expects; where hermes-env deliberately differs, the case also states what we
 //! return and why. `cargo test -p hermes-runtime --lib parsers::upstream_cases -- --nocapture`
 //! prints the per-family tally.
@@ -1052,6 +1053,32 @@ fn hermes_agent_cases() -> Vec<Case> {
     ]
 }
 
+fn sglang_cases() -> Vec<Case> {
+    let s = "sglang test function_call/test_function_call_parser.py (TestDeepSeekV32Detector)";
+    let f = "deepseek_v32";
+    let xml = "I'll help you with information about San Francisco and get its favorite tourist spot for you.\n\n\n        <｜DSML｜function_calls>\n\n            <｜DSML｜invoke name=\"get_favorite_tourist_spot\">\n\n                <｜DSML｜parameter name=\"city\" string=\"true\">San Francisco</｜DSML｜parameter>\n\n            </｜DSML｜invoke>\n\n            <｜DSML｜invoke name=\"search\">\n                <｜DSML｜parameter name=\"query\" string=\"true\">WebNav benchmark</｜DSML｜parameter>\n                <｜DSML｜parameter name=\"topn\" string=\"false\">10</｜DSML｜parameter>\n                <｜DSML｜parameter name=\"source\" string=\"true\">web</｜DSML｜parameter>\n            </｜DSML｜invoke>\n        </｜DSML｜function_calls>\n        ";
+    let json_layout = "I'll help you with information about San Francisco and get its favorite tourist spot for you.\n\n        <｜DSML｜function_calls>\n            <｜DSML｜invoke name=\"get_favorite_tourist_spot\">\n            {\n                \"city\": \"San Francisco\"\n            }\n        </｜DSML｜invoke>\n            <｜DSML｜invoke name=\"search\">\n            {\n                \"query\": \"WebNav benchmark\",\n                \"topn\": 10,\n                \"source\": \"web\"\n            }\n        </｜DSML｜invoke>\n        </｜DSML｜function_calls>\n        ";
+    let two = || {
+        Calls::Exact(vec![
+            (
+                "get_favorite_tourist_spot",
+                Args::Eq(json!({"city": "San Francisco"})),
+            ),
+            (
+                "search",
+                Args::Eq(json!({"query": "WebNav benchmark", "topn": 10, "source": "web"})),
+            ),
+        ])
+    };
+    vec![
+        case(f, s, "detect_and_parse_xml_format", xml, want(Content::Eq(Some("I'll help you with information about San Francisco and get its favorite tourist spot for you.")), two())),
+        case(f, s, "detect_and_parse_json_format", json_layout, want(Content::Eq(Some("I'll help you with information about San Francisco and get its favorite tourist spot for you.")), two())),
+        case(f, s, "streaming_xml_format (non-streaming parse)", "<｜DSML｜function_calls>\n            <｜DSML｜invoke name=\"get_favorite_tourist_spot\">\n                <｜DSML｜parameter name=\"city\" string=\"true\">San Francisco</｜DSML｜parameter>\n                <｜DSML｜parameter name=\"another_city\" string=\"true\">London</｜DSML｜parameter>\n                <｜DSML｜parameter name=\"topn\" string=\"false\">10</｜DSML｜parameter>\n                <｜DSML｜parameter name=\"obj\" string=\"false\">{\"name\": \"John\", \"age\": 30}</｜DSML｜parameter>\n            </｜DSML｜invoke>\n        </｜DSML｜function_calls>", want(Content::Eq(None), one("get_favorite_tourist_spot", json!({"city": "San Francisco", "another_city": "London", "topn": 10, "obj": {"name": "John", "age": 30}})))),
+        case(f, s, "detect_and_parse_no_parameters", "Let me get the current date for you.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_date\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>", want(Content::Eq(Some("Let me get the current date for you.")), one("get_date", json!({})))),
+        case(f, s, "no_parameters_with_whitespace (non-streaming parse)", "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_date\">\n\n</｜DSML｜invoke>\n</｜DSML｜function_calls>", want(Content::Eq(None), one("get_date", json!({})))),
+    ]
+}
+
 fn more_cases() -> Vec<Case> {
     let m = "vllm tests/tool_parsers/test_minimax_tool_parser.py";
     let f = "minimax";
@@ -1171,6 +1198,7 @@ fn more_cases() -> Vec<Case> {
 fn all_cases() -> Vec<Case> {
     let mut cases = hermes_cases();
     cases.extend(hermes_agent_cases());
+    cases.extend(sglang_cases());
     cases.extend(more_cases());
     cases.extend(mistral_cases());
     cases.extend(llama_cases());
