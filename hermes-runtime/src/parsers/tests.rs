@@ -399,6 +399,10 @@ const FRAGMENTS: &[&str] = &[
     "<escape>",
     "<end_function_call>",
     "</think>",
+    "```json\n",
+    "functions.terminal:",
+    "{\"name\": \"write_file\", \"arguments\": \"{}\"}",
+    "{\"type\": \"function\", \"function\": ",
 ];
 
 fn fragment_text() -> impl Strategy<Value = String> {
@@ -419,7 +423,11 @@ proptest! {
     #[test]
     fn no_input_makes_a_parser_panic(text in fragment_text()) {
         for name in names() {
-            let parsed = get(name).unwrap().parse(&text);
+            let parser = get(name).unwrap();
+            for call in parser.parse_offered(&text, &["terminal", "write_file"]).calls {
+                prop_assert!(!call.function.name.trim().is_empty());
+            }
+            let parsed = parser.parse(&text);
             for call in &parsed.calls {
                 prop_assert!(!call.id.is_empty());
             }
