@@ -1,13 +1,14 @@
-//! Tool-call parser throughput: every parser over a 1 MB mixed corpus (prose, code, JSON
+//! Tool-call parser throughput: every parser family over a 1 MB mixed corpus (prose, code, JSON
 //! snippets, unicode, and that family's tool calls — single, multiple, truncated), reported
-//! in MB/s of input.
+//! in MB/s of input; plus `auto` reading unmarked calls (fenced JSON, bare JSON,
+//! `functions.NAME:`) with the tools offered.
 //!
 //! Run: `cargo bench --bench parsers` (add `-- --quick` for a short run).
 
 use std::time::{Duration, Instant};
 
 use hermes_env::llm::ToolCall;
-use hermes_env::parsers::{get, names};
+use hermes_env::parsers::{families, get};
 
 const CORPUS_BYTES: usize = 1 << 20;
 
@@ -59,6 +60,47 @@ fn corpus(parser: &str) -> Vec<String> {
     docs
 }
 
+/// Local-server answers for `auto` with tools offered: prose and code around fenced JSON, bare
+/// JSON and `functions.NAME:` calls, about 1 MB.
+fn unmarked_corpus() -> Vec<String> {
+    let shapes = [
+        "I'll write it.\n```json\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"a.txt\", \"content\": \"hi\"}}\n```",
+        "{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls -la\"}}",
+        "functions.read_file:\n{\"path\": \"src/app.py\"}",
+        "Here is an example config: {\"name\": \"demo\", \"version\": 2} and some code:\n```python\nprint({'a': 1})\n```",
+    ];
+    let prose = "Let me look at the files first. Ünïcode — 日本語 — and a list [1, 2, 3].\n";
+    let mut docs = Vec::new();
+    let mut total = 0;
+    let mut i = 0;
+    while total < CORPUS_BYTES {
+        let doc = format!("{}{}", prose.repeat(1 + i % 3), shapes[i % shapes.len()]);
+        total += doc.len();
+        docs.push(doc);
+        i += 1;
+    }
+    docs
+}
+
+/// Parses `docs` repeatedly for `budget`; (calls found per pass, MB/s).
+fn measure(docs: &[String], budget: Duration, parse: impl Fn(&str) -> usize) -> (usize, f64) {
+    let bytes: usize = docs.iter().map(String::len).sum();
+    let calls_per_pass: usize = docs.iter().map(|d| parse(d)).sum();
+    let start = Instant::now();
+    let mut passes = 0u32;
+    while start.elapsed() < budget || passes == 0 {
+        for d in docs {
+            std::hint::black_box(parse(std::hint::black_box(d)));
+        }
+        passes += 1;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    (
+        calls_per_pass,
+        (bytes as f64 * f64::from(passes)) / secs / 1e6,
+    )
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let budget = if quick {
@@ -71,24 +113,22 @@ fn main() {
         "{:<16} {:>10} {:>12} {:>10}",
         "parser", "corpus", "calls/pass", "MB/s"
     );
-    for name in names() {
+    for family in families() {
+        let name = family.names[0];
         let docs = corpus(name);
-        let bytes: usize = docs.iter().map(String::len).sum();
-        let parser = get(name).expect("registered parser");
-        let calls_per_pass: usize = docs.iter().map(|d| parser.parse(d).calls.len()).sum();
-        let start = Instant::now();
-        let mut passes = 0u32;
-        while start.elapsed() < budget || passes == 0 {
-            for d in &docs {
-                std::hint::black_box(parser.parse(std::hint::black_box(d)));
-            }
-            passes += 1;
-        }
-        let secs = start.elapsed().as_secs_f64();
-        let mb_s = (bytes as f64 * f64::from(passes)) / secs / 1e6;
-        println!(
-            "{name:<16} {:>8} kB {calls_per_pass:>12} {mb_s:>10.1}",
-            bytes / 1024
-        );
+        let kb = docs.iter().map(String::len).sum::<usize>() / 1024;
+        let (calls, mb_s) = measure(&docs, budget, |d| family.parser.parse(d).calls.len());
+        println!("{name:<16} {kb:>8} kB {calls:>12} {mb_s:>10.1}");
     }
+    let auto = get("auto").expect("registered parser");
+    let offered = ["terminal", "read_file", "write_file"];
+    let docs = unmarked_corpus();
+    let kb = docs.iter().map(String::len).sum::<usize>() / 1024;
+    let (calls, mb_s) = measure(&docs, budget, |d| {
+        auto.parse_offered(d, &offered).calls.len()
+    });
+    println!(
+        "{:<16} {kb:>8} kB {calls:>12} {mb_s:>10.1}",
+        "auto (unmarked)"
+    );
 }

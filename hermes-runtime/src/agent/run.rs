@@ -105,7 +105,7 @@ impl AgentLoop<'_> {
             let mut calls: Vec<ToolCall> = message.tool_calls.unwrap_or_default();
             if calls.is_empty() && !schemas.is_empty() && !content.is_empty() {
                 // Servers without a tool parser return the model's raw markup.
-                let parsed = self.parser().parse(&content);
+                let parsed = self.parser().parse_offered(&content, &self.tools.names());
                 if !parsed.calls.is_empty() {
                     calls = parsed.calls;
                     content = parsed.content.unwrap_or_default();

@@ -1,5 +1,11 @@
 //! `parsers check --parser NAME FILE`: what a tool-call parser extracts from a file of raw model
-//! output (`-` reads stdin), for authors debugging a model's format; `parsers list` names them.
+//! output (`-` reads stdin), for authors debugging a model's format, as a report or (`--json`)
+//! one JSON object for scripts; `parsers list` names the formats with their vLLM/SGLang aliases.
+//!
+//! `check --json` prints `{"parser", "offered", "content", "tool_calls": [{"id", "type",
+//! "function": {"name", "arguments"}, "arguments_error"}]}`: `content` is null when empty,
+//! `arguments_error` null when the arguments are valid JSON (else the message the agent loop
+//! would answer the call with). `list --json` prints `[{"name", "aliases"}]`.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -15,7 +21,11 @@ pub fn command() -> Command {
     Command::new("parsers")
         .about("Inspect the tool-call parsers (--env.tool_call_parser)")
         .subcommand_required(true)
-        .subcommand(Command::new("list").about("Print every parser name (aliases included)"))
+        .subcommand(
+            Command::new("list")
+                .about("Print every parser with its aliases (the vLLM / SGLang names)")
+                .arg(json_flag("Print a JSON list of {name, aliases}")),
+        )
         .subcommand(
             Command::new("check")
                 .about("Print the content and tool calls a parser extracts from raw model output")
@@ -35,16 +45,44 @@ pub fn command() -> Command {
                         .help("File with the model's raw text (- for stdin)"),
                 )
                 .arg(
-                    Arg::new("json")
-                        .long("json")
-                        .action(ArgAction::SetTrue)
-                        .help("Print one JSON object instead of a report"),
-                ),
+                    Arg::new("tools")
+                        .long("tools")
+                        .value_name("NAMES")
+                        .value_delimiter(',')
+                        .help("Offered tool names, comma-separated (auto reads unmarked JSON calls only for these)"),
+                )
+                .arg(json_flag("Print one JSON object instead of a report")),
         )
 }
 
+fn json_flag(help: &'static str) -> Arg {
+    Arg::new("json")
+        .long("json")
+        .action(ArgAction::SetTrue)
+        .help(help)
+}
+
+/// The registered formats as JSON: `[{"name", "aliases"}]`.
+pub fn list_json() -> Value {
+    parsers::families()
+        .iter()
+        .map(|f| json!({"name": f.names[0], "aliases": &f.names[1..]}))
+        .collect()
+}
+
+/// One line per format: the canonical name, then its aliases.
+pub fn list_text() -> String {
+    parsers::families()
+        .iter()
+        .map(|f| match &f.names[1..] {
+            [] => format!("{}\n", f.names[0]),
+            aliases => format!("{:<16} aliases: {}\n", f.names[0], aliases.join(", ")),
+        })
+        .collect()
+}
+
 /// The parse as JSON: content, tool calls, and per call whether its arguments are valid.
-pub fn report_json(parser: &str, parsed: &Parsed) -> Value {
+pub fn report_json(parser: &str, offered: &[&str], parsed: &Parsed) -> Value {
     let calls: Vec<Value> = parsed
         .calls
         .iter()
@@ -55,7 +93,7 @@ pub fn report_json(parser: &str, parsed: &Parsed) -> Value {
                    "arguments_error": error})
         })
         .collect();
-    json!({"parser": parser, "content": parsed.content, "tool_calls": calls})
+    json!({"parser": parser, "offered": offered, "content": parsed.content, "tool_calls": calls})
 }
 
 /// The parse as a human-readable report.
@@ -90,9 +128,11 @@ pub fn report_text(parser: &str, parsed: &Parsed) -> String {
 /// Runs `parsers`.
 pub fn run(matches: &ArgMatches) -> anyhow::Result<()> {
     match matches.subcommand() {
-        Some(("list", _)) => {
-            for name in parsers::names() {
-                println!("{name}");
+        Some(("list", m)) => {
+            if m.get_flag("json") {
+                println!("{}", list_json());
+            } else {
+                print!("{}", list_text());
             }
             Ok(())
         }
@@ -111,9 +151,13 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<()> {
                     .with_context(|| format!("cannot read {}", file.display()))?;
                 String::from_utf8_lossy(&bytes).into_owned()
             };
-            let parsed = parser.parse(&text);
+            let offered: Vec<&str> = m
+                .get_many::<String>("tools")
+                .map(|v| v.map(String::as_str).collect())
+                .unwrap_or_default();
+            let parsed = parser.parse_offered(&text, &offered);
             if m.get_flag("json") {
-                println!("{}", report_json(name, &parsed));
+                println!("{}", report_json(name, &offered, &parsed));
             } else {
                 print!("{}", report_text(name, &parsed));
             }

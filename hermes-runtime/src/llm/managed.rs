@@ -309,7 +309,12 @@ impl ChatBackend for ManagedSession<'_> {
                 .decode(body_ids, !tools_active)
                 .map_err(template_error)?;
             let parsed = if tools_active {
-                self.phase2.parser.parse(&raw)
+                let offered: Vec<&str> = request
+                    .tools
+                    .iter()
+                    .map(|t| t.function.name.as_str())
+                    .collect();
+                self.phase2.parser.parse_offered(&raw, &offered)
             } else {
                 Default::default()
             };

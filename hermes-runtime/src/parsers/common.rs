@@ -29,6 +29,16 @@ impl Builder {
         self.calls.push(call);
     }
 
+    /// Adds `call`, or keeps `raw` (its markup as written) as content when the call has no
+    /// name: a name is never invented.
+    pub fn call_or_text(&mut self, call: ToolCall, raw: &str) {
+        if call.function.name.trim().is_empty() {
+            self.content.push_str(raw);
+        } else {
+            self.calls.push(call);
+        }
+    }
+
     /// The result: content trimmed (`None` when empty), calls in order.
     pub fn finish(self) -> Parsed {
         let content = self.content.trim();
@@ -37,6 +47,114 @@ impl Builder {
             calls: self.calls,
         }
     }
+
+    /// Like [`Builder::finish`], but a parse that found no call returns `original` unchanged
+    /// (trimmed): markup that did not make a call is never half-removed.
+    pub fn finish_for(self, original: &str) -> Parsed {
+        if self.calls.is_empty() {
+            unchanged(original)
+        } else {
+            self.finish()
+        }
+    }
+}
+
+/// `name` when it can be a function name (non-empty, no whitespace or markup characters),
+/// else `""` so the call is kept as text.
+pub(super) fn plausible_name(name: &str) -> &str {
+    let name = name.trim();
+    let bad = |c: char| c.is_whitespace() || matches!(c, '<' | '>' | '{' | '}' | '[' | ']' | '"');
+    if name.contains(bad) {
+        ""
+    } else {
+        name
+    }
+}
+
+/// A Markdown code fence found in a text.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fence<'a> {
+    /// Byte offset of the opening backticks.
+    pub start: usize,
+    /// Byte offset just past the closing backticks (the end of the text when unclosed).
+    pub end: usize,
+    /// The info string (`json`, `bash`, empty).
+    pub lang: &'a str,
+    /// The text between the fences.
+    pub inner: &'a str,
+}
+
+impl<'a> Fence<'a> {
+    /// The inside, when the fence is untagged or tagged `json`.
+    pub fn json(&self) -> Option<&'a str> {
+        (self.lang.is_empty() || self.lang.eq_ignore_ascii_case("json")).then_some(self.inner)
+    }
+}
+
+/// Every ```` ``` ```` fence in `text`, in order.
+pub(super) fn fences(text: &str) -> Vec<Fence<'_>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while let Some(rel) = text[pos..].find("```") {
+        let start = pos + rel;
+        let after = &text[start + 3..];
+        let info_end = after.find('\n').unwrap_or(after.len());
+        let lang = after[..info_end].trim();
+        let inner_start = start + 3 + info_end;
+        let (inner_end, end) = match text[inner_start..].find("```") {
+            Some(e) => (inner_start + e, inner_start + e + 3),
+            None => (text.len(), text.len()),
+        };
+        out.push(Fence {
+            start,
+            end,
+            lang,
+            inner: &text[inner_start..inner_end],
+        });
+        pos = end;
+    }
+    out
+}
+
+/// `text` as plain content, no calls.
+pub(super) fn unchanged(text: &str) -> Parsed {
+    let t = text.trim();
+    Parsed {
+        content: (!t.is_empty()).then(|| t.to_owned()),
+        calls: Vec::new(),
+    }
+}
+
+/// A call from a JSON object `{"name": "…", "arguments" | "parameters": …}` with a non-empty
+/// name; missing arguments mean `{}`.
+pub(super) fn object_call(value: &Value) -> Option<ToolCall> {
+    let obj = value.as_object()?;
+    let name = obj.get("name")?.as_str()?.trim();
+    if name.is_empty() {
+        return None;
+    }
+    let arguments = arguments_text(obj.get("arguments").or_else(|| obj.get("parameters")));
+    Some(ToolCall::new(name, arguments))
+}
+
+/// Calls from a JSON object or an array of them; `None` unless every element is a call.
+pub(super) fn value_calls(value: &Value) -> Option<Vec<ToolCall>> {
+    match value {
+        Value::Array(items) if !items.is_empty() => items.iter().map(object_call).collect(),
+        Value::Object(_) => object_call(value).map(|c| vec![c]),
+        _ => None,
+    }
+}
+
+/// The JSON object rendered for a call: `{"name": …, KEY: arguments}`.
+pub(super) fn call_object(call: &ToolCall, arguments_key: &str) -> Value {
+    let mut obj = Map::new();
+    obj.insert("name".into(), Value::String(call.function.name.clone()));
+    obj.insert(
+        arguments_key.into(),
+        arguments_value(&call.function.arguments),
+    );
+    Value::Object(obj)
 }
 
 /// Serialises arguments as the upstream parsers did (`json.dumps`, non-ASCII kept): an object
@@ -128,13 +246,20 @@ pub(super) fn render_value(v: &Value) -> String {
 
 /// Reads a Python literal (`True`, `None`, `'text'`, `(1, 2)`, `{'a': [1]}`) as JSON.
 pub(super) fn python_literal(text: &str) -> Option<Value> {
+    let (v, used) = python_literal_prefix(text)?;
+    text[used..].trim().is_empty().then_some(v)
+}
+
+/// The Python literal at the start of `text` (JSON's `true`/`false`/`null` accepted too) and
+/// the byte offset just past it.
+pub(super) fn python_literal_prefix(text: &str) -> Option<(Value, usize)> {
     let mut reader = PyReader {
         chars: text.char_indices().peekable(),
         text,
     };
     let v = reader.value(0)?;
-    reader.skip_ws();
-    reader.chars.peek().is_none().then_some(v)
+    let used = reader.chars.peek().map_or(text.len(), |(i, _)| *i);
+    Some((v, used))
 }
 
 struct PyReader<'a> {
@@ -213,9 +338,9 @@ impl PyReader<'_> {
                 }
                 let word = self.text.get(start..end)?;
                 match word {
-                    "True" => Some(Value::Bool(true)),
-                    "False" => Some(Value::Bool(false)),
-                    "None" => Some(Value::Null),
+                    "True" | "true" => Some(Value::Bool(true)),
+                    "False" | "false" => Some(Value::Bool(false)),
+                    "None" | "null" => Some(Value::Null),
                     w => {
                         if let Ok(i) = w.parse::<i64>() {
                             Some(Value::from(i))
@@ -241,6 +366,18 @@ impl PyReader<'_> {
                 c if c == quote => return Some(out),
                 '\\' => {
                     let (_, e) = self.chars.next()?;
+                    if e == 'u' {
+                        let hex: String = (0..4)
+                            .filter_map(|_| self.chars.next())
+                            .map(|(_, c)| c)
+                            .collect();
+                        out.push(
+                            u32::from_str_radix(&hex, 16)
+                                .ok()
+                                .and_then(char::from_u32)?,
+                        );
+                        continue;
+                    }
                     out.push(match e {
                         'n' => '\n',
                         't' => '\t',

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::common::{arguments_object, heuristic_value, render_value, Builder};
+use super::common::{arguments_object, heuristic_value, plausible_name, render_value, Builder};
 use super::{Parsed, ToolCallParser};
 use crate::atropos::json::to_python_string;
 use crate::llm::ToolCall;
@@ -35,14 +35,15 @@ fn skip_separators(mut text: &str) -> &str {
     }
 }
 
-/// One block body: the name, then key/value pairs.
+/// One block body: the name (ended by a newline, a literal `\n` or the first key), then
+/// key/value pairs.
 fn block_call(body: &str) -> ToolCall {
-    let name_end = [body.find('\n'), body.find(KEY_OPEN)]
+    let name_end = [body.find('\n'), body.find("\\n"), body.find(KEY_OPEN)]
         .into_iter()
         .flatten()
         .min()
         .unwrap_or(body.len());
-    let name = body[..name_end].trim();
+    let name = plausible_name(&body[..name_end]);
     let mut args = Map::new();
     let mut rest = &body[name_end..];
     while let Some(start) = rest.find(KEY_OPEN) {
@@ -81,13 +82,12 @@ fn parse_glm(text: &str) -> Parsed {
             Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
             None => (after, ""),
         };
-        if !body.trim().is_empty() {
-            out.call(block_call(body));
-        }
+        let raw = &rest[start..rest.len() - next.len()];
+        out.call_or_text(block_call(body), raw);
         rest = next;
     }
     out.text(rest);
-    out.finish()
+    out.finish_for(text)
 }
 
 /// Renders calls with `after_name` after the name and `after_value` after each value.

@@ -24,20 +24,22 @@ pub struct LongcatParser;
 
 /// One call from a block body: valid JSON gives name + serialised arguments; anything else
 /// keeps the salvaged name and the raw body as arguments, which the loop reports as invalid.
-fn call_from_body(body: &str) -> ToolCall {
+/// A body without a readable name gives a call without a name (kept as text by the caller).
+pub(super) fn call_from_body(body: &str) -> ToolCall {
     let parsed: Option<Map<String, Value>> = serde_json::from_str(body).ok();
     match parsed {
-        Some(obj) if obj.get("name").is_some_and(Value::is_string) => {
-            let name = obj["name"].as_str().unwrap_or_default();
+        Some(obj) => {
+            let name = obj.get("name").and_then(Value::as_str).unwrap_or_default();
             let arguments = arguments_text(obj.get("arguments").or_else(|| obj.get("parameters")));
-            ToolCall::new(name, arguments)
+            ToolCall::new(name.trim(), arguments)
         }
-        _ => ToolCall::new(salvage_name(body), body),
+        None => ToolCall::new(salvage_name(body).trim(), body),
     }
 }
 
-/// Parses `open … close` blocks of JSON calls; text outside the blocks is content.
-fn parse_tagged(text: &str, open: &str, close: &str) -> Parsed {
+/// Parses `open … close` blocks of JSON calls; text outside the blocks is content, and so is
+/// a block without a name.
+pub(super) fn parse_tagged(text: &str, open: &str, close: &str) -> Parsed {
     let mut out = Builder::default();
     let mut rest = text;
     while let Some(start) = rest.find(open) {
@@ -47,18 +49,16 @@ fn parse_tagged(text: &str, open: &str, close: &str) -> Parsed {
             Some(end) => (&after[..end], &after[end + close.len()..]),
             None => (after, ""),
         };
-        let body = body.trim();
-        if !body.is_empty() {
-            out.call(call_from_body(body));
-        }
+        let raw = &rest[start..rest.len() - next.len()];
+        out.call_or_text(call_from_body(body.trim()), raw);
         rest = next;
     }
     out.text(rest);
-    out.finish()
+    out.finish_for(text)
 }
 
 /// Renders content, then one `open {json} close` block per call, separated by newlines.
-fn render_tagged(content: &str, calls: &[ToolCall], open: &str, close: &str) -> String {
+pub(super) fn render_tagged(content: &str, calls: &[ToolCall], open: &str, close: &str) -> String {
     let mut lines: Vec<String> = Vec::new();
     if !content.is_empty() {
         lines.push(content.to_owned());

@@ -18,7 +18,10 @@ pub struct LlamaJsonParser;
 /// A call from `{"name": …, "parameters"|"arguments": …}`.
 fn object_call(v: &Value) -> Option<ToolCall> {
     let obj = v.as_object()?;
-    let name = obj.get("name")?.as_str()?;
+    let name = obj.get("name")?.as_str()?.trim();
+    if name.is_empty() {
+        return None;
+    }
     let args = obj.get("parameters").or_else(|| obj.get("arguments"))?;
     Some(ToolCall::new(name, arguments_text(Some(args))))
 }
@@ -49,6 +52,7 @@ impl ToolCallParser for LlamaJsonParser {
                 None if body[at + 1..].trim_start().starts_with("\"name\"") => {
                     let raw = body[at..].trim();
                     Some(ToolCall::new(salvage_name(raw), raw))
+                        .filter(|c| !c.function.name.trim().is_empty())
                 }
                 None => None,
             };

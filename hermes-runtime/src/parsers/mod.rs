@@ -1,24 +1,39 @@
 //! Client-side tool-call parsers: raw model text → (content, tool calls), and the inverse
 //! rendering used to rebuild Phase 2 prompts. Every parser is a pure function that never
-//! panics; a malformed call is kept (its arguments fail to parse, so the agent loop answers
-//! the model with an error) instead of discarding the valid ones.
+//! panics; a malformed call with a readable name is kept (its arguments fail to parse, so the
+//! agent loop answers the model with an error) instead of discarding the valid ones, and a
+//! text without any call comes back unchanged.
 
+mod auto;
 mod common;
+mod dsml;
 mod glm;
+mod harmony;
 mod hermes;
+mod invoke;
+mod json_blocks;
 mod llama;
 mod mistral;
+mod pythonic;
 mod qwen3_coder;
 mod sectioned;
+mod special;
 
 use crate::llm::ToolCall;
 
+pub use auto::AutoParser;
+pub use dsml::{DeepSeekV32Parser, DeepSeekV4Parser};
 pub use glm::{Glm45Parser, Glm47Parser};
+pub use harmony::HarmonyParser;
 pub use hermes::{HermesParser, LongcatParser};
+pub use invoke::{MinimaxM2Parser, Step3Parser};
+pub use json_blocks::JsonBlockParser;
 pub use llama::LlamaJsonParser;
 pub use mistral::MistralParser;
-pub use qwen3_coder::Qwen3CoderParser;
-pub use sectioned::{DeepSeekV31Parser, DeepSeekV3Parser, DeepSeekV4Parser, KimiK2Parser};
+pub use pythonic::{Olmo3Parser, PythonicParser};
+pub use qwen3_coder::XmlFunctionParser;
+pub use sectioned::{DeepSeekV31Parser, DeepSeekV3Parser, KimiK2Parser};
+pub use special::{FunctionGemmaParser, XlamParser};
 
 /// What a parser found in a model's raw output.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,26 +50,74 @@ pub trait ToolCallParser: Send + Sync {
     fn parse(&self, text: &str) -> Parsed;
     /// Renders an assistant turn back into the family's raw text.
     fn render(&self, content: &str, calls: &[ToolCall]) -> String;
+    /// Like [`ToolCallParser::parse`], knowing the names of the tools the model was offered.
+    /// Formats with explicit markup ignore them; `auto` only accepts unmarked JSON calls that
+    /// name one of them.
+    fn parse_offered(&self, text: &str, offered: &[&str]) -> Parsed {
+        let _ = offered;
+        self.parse(text)
+    }
 }
 
-/// Parser names (with aliases) and their implementations.
-static PARSERS: &[(&str, &dyn ToolCallParser)] = &[
-    ("hermes", &HermesParser),
-    ("qwen", &HermesParser),
-    ("qwen3_coder", &Qwen3CoderParser),
-    ("mistral", &MistralParser),
-    ("llama3_json", &LlamaJsonParser),
-    ("llama4_json", &LlamaJsonParser),
-    ("deepseek_v3", &DeepSeekV3Parser),
-    ("deepseek_v3_1", &DeepSeekV31Parser),
-    ("deepseek_v31", &DeepSeekV31Parser),
-    ("kimi_k2", &KimiK2Parser),
-    ("longcat", &LongcatParser),
-    ("glm45", &Glm45Parser),
-    ("glm47", &Glm47Parser),
-    ("deepseek_v4", &DeepSeekV4Parser),
-    ("deepseek_dsml", &DeepSeekV4Parser),
+/// One registered format: its names (the first is canonical; the others are the names vLLM
+/// and SGLang use for it) and its implementation.
+pub struct Family {
+    /// Canonical name first, then aliases.
+    pub names: &'static [&'static str],
+    /// The parser.
+    pub parser: &'static dyn ToolCallParser,
+}
+
+/// Every format, canonical name first.
+static FAMILIES: &[Family] = &[
+    family(&["hermes", "qwen", "qwen2_5"], &HermesParser),
+    family(&["qwen3_coder", "qwen3_xml"], &qwen3_coder::QWEN3_CODER),
+    family(&["mistral"], &MistralParser),
+    family(&["llama3_json", "llama4_json", "llama3"], &LlamaJsonParser),
+    family(&["deepseek_v3", "deepseekv3"], &DeepSeekV3Parser),
+    family(
+        &["deepseek_v3_1", "deepseek_v31", "deepseekv31"],
+        &DeepSeekV31Parser,
+    ),
+    family(&["deepseek_v32", "deepseekv32"], &DeepSeekV32Parser),
+    family(
+        &["deepseek_v4", "deepseek_dsml", "deepseekv4"],
+        &DeepSeekV4Parser,
+    ),
+    family(&["kimi_k2"], &KimiK2Parser),
+    family(&["longcat"], &LongcatParser),
+    family(&["glm45", "glm4_moe"], &Glm45Parser),
+    family(&["glm47", "glm47_moe"], &Glm47Parser),
+    family(&["auto", "local"], &AutoParser),
+    family(&["pythonic", "llama4_pythonic"], &PythonicParser),
+    family(&["olmo3"], &Olmo3Parser),
+    family(&["gpt_oss", "openai", "gpt-oss", "harmony"], &HarmonyParser),
+    family(&["granite"], &json_blocks::GRANITE),
+    family(
+        &["granite_20b_fc", "granite-20b-fc"],
+        &json_blocks::GRANITE_20B_FC,
+    ),
+    family(&["internlm2", "internlm"], &json_blocks::INTERNLM2),
+    family(&["jamba"], &json_blocks::JAMBA),
+    family(&["minimax", "minimax_m1"], &json_blocks::MINIMAX),
+    family(&["minimax_m2", "minimax-m2"], &MinimaxM2Parser),
+    family(&["seed_oss"], &qwen3_coder::SEED_OSS),
+    family(&["step3"], &Step3Parser),
+    family(&["xlam"], &XlamParser),
+    family(&["hunyuan_a13b", "hunyuan"], &json_blocks::HUNYUAN),
+    family(&["ernie45", "ernie"], &json_blocks::ERNIE45),
+    family(&["phi4_mini_json", "phi4mini"], &json_blocks::PHI4_MINI),
+    family(&["gigachat3"], &json_blocks::GIGACHAT3),
+    family(&["functiongemma"], &FunctionGemmaParser),
+    family(
+        &["qwen25", "qwen2_5_coder", "qwen25_coder"],
+        &json_blocks::QWEN25_CODER,
+    ),
 ];
+
+const fn family(names: &'static [&'static str], parser: &'static dyn ToolCallParser) -> Family {
+    Family { names, parser }
+}
 
 /// An unknown `--env.tool_call_parser` name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,10 +129,10 @@ pub struct UnknownParser {
 
 /// The parser registered under `name`.
 pub fn get(name: &str) -> Result<&'static dyn ToolCallParser, UnknownParser> {
-    PARSERS
+    FAMILIES
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, p)| *p)
+        .find(|f| f.names.contains(&name))
+        .map(|f| f.parser)
         .ok_or_else(|| UnknownParser {
             name: name.to_owned(),
         })
@@ -77,7 +140,15 @@ pub fn get(name: &str) -> Result<&'static dyn ToolCallParser, UnknownParser> {
 
 /// Every registered parser name, aliases included.
 pub fn names() -> Vec<&'static str> {
-    PARSERS.iter().map(|(n, _)| *n).collect()
+    FAMILIES
+        .iter()
+        .flat_map(|f| f.names.iter().copied())
+        .collect()
+}
+
+/// Every format once, in registration order.
+pub fn families() -> &'static [Family] {
+    FAMILIES
 }
 
 #[cfg(test)]
@@ -87,15 +158,24 @@ mod registry_tests {
     #[test]
     fn registry_resolves_aliases_and_rejects_unknown_names() {
         assert!(get("hermes").is_ok() && get("qwen").is_ok() && get("deepseek_v31").is_ok());
+        assert!(get("openai").is_ok() && get("llama4_pythonic").is_ok());
         let err = get("nope").err().unwrap().to_string();
-        assert_eq!(
-            err,
-            "unknown tool-call parser 'nope'; available: hermes, qwen, qwen3_coder, mistral, \
-             llama3_json, llama4_json, deepseek_v3, deepseek_v3_1, deepseek_v31, kimi_k2, longcat, \
-             glm45, glm47, deepseek_v4, deepseek_dsml"
+        assert!(
+            err.starts_with(
+                "unknown tool-call parser 'nope'; available: hermes, qwen, qwen2_5, qwen3_coder,"
+            ),
+            "{err}"
         );
+        let all = names();
+        let mut unique = all.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "a name is registered twice");
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod upstream_cases;

@@ -1,24 +1,45 @@
 //! The `qwen3_coder` format: XML-ish functions with one tag per parameter,
 //! `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`.
 //! Every closing tag may be missing; without `<tool_call>` blocks the whole text is scanned.
+//! Seed-OSS uses the same functions inside `<seed:tool_call>` blocks.
 
 use serde_json::{Map, Value};
 
-use super::common::{arguments_object, call_with_id, heuristic_value, render_value, Builder};
+use super::common::{
+    arguments_object, call_with_id, heuristic_value, plausible_name, render_value, Builder,
+};
 use super::{Parsed, ToolCallParser};
 use crate::atropos::json::to_python_string;
 use crate::llm::ToolCall;
 
-const BLOCK_OPEN: &str = "<tool_call>";
-const BLOCK_CLOSE: &str = "</tool_call>";
 const FUNCTION_OPEN: &str = "<function=";
 const FUNCTION_CLOSE: &str = "</function>";
 const PARAM_OPEN: &str = "<parameter=";
 const PARAM_CLOSE: &str = "</parameter>";
 
-/// Parser for Qwen3-Coder tool calls.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Qwen3CoderParser;
+/// Parser for `<function=…>` calls inside one family's block tags.
+#[derive(Debug, Clone, Copy)]
+pub struct XmlFunctionParser {
+    block_open: &'static str,
+    block_close: &'static str,
+    /// Reasoning tags whose inside is content, never calls (Seed-OSS writes call examples
+    /// while thinking).
+    reasoning: Option<(&'static str, &'static str)>,
+}
+
+/// Qwen3-Coder: `<tool_call>` blocks.
+pub const QWEN3_CODER: XmlFunctionParser = XmlFunctionParser {
+    block_open: "<tool_call>",
+    block_close: "</tool_call>",
+    reasoning: None,
+};
+
+/// Seed-OSS: `<seed:tool_call>` blocks.
+pub const SEED_OSS: XmlFunctionParser = XmlFunctionParser {
+    block_open: "<seed:tool_call>",
+    block_close: "</seed:tool_call>",
+    reasoning: Some(("<seed:think>", "</seed:think>")),
+};
 
 /// `call_` and 24 hex digits.
 fn qwen_call_id() -> String {
@@ -67,11 +88,16 @@ fn function_call(body: &str) -> ToolCall {
         }
         rest = next;
     }
-    call_with_id(qwen_call_id(), name, to_python_string(&Value::Object(args)))
+    call_with_id(
+        qwen_call_id(),
+        plausible_name(name),
+        to_python_string(&Value::Object(args)),
+    )
 }
 
-/// Scans `text` for functions; text outside them is kept when `keep_text`.
-fn scan_functions(text: &str, out: &mut Builder, keep_text: bool) {
+/// Scans `text` for functions; text outside them is kept when `keep_text` (a function
+/// without a name is always kept as text).
+pub(super) fn scan_functions(text: &str, out: &mut Builder, keep_text: bool) {
     let mut rest = text;
     while let Some(start) = rest.find(FUNCTION_OPEN) {
         if keep_text {
@@ -85,7 +111,8 @@ fn scan_functions(text: &str, out: &mut Builder, keep_text: bool) {
             Some(end) => (&after[..end], &after[end..]),
             None => (after, ""),
         };
-        out.call(function_call(body));
+        let raw = &rest[start..rest.len() - next.len()];
+        out.call_or_text(function_call(body), raw);
         rest = next;
     }
     if keep_text {
@@ -93,26 +120,51 @@ fn scan_functions(text: &str, out: &mut Builder, keep_text: bool) {
     }
 }
 
-impl ToolCallParser for Qwen3CoderParser {
-    fn parse(&self, text: &str) -> Parsed {
-        let mut out = Builder::default();
-        if !text.contains(BLOCK_OPEN) {
-            scan_functions(text, &mut out, true);
-            return out.finish();
+impl XmlFunctionParser {
+    /// Reads the functions of `text`'s blocks (or of the whole text without blocks) into `out`.
+    pub(super) fn read_into(&self, text: &str, out: &mut Builder) {
+        if !text.contains(self.block_open) {
+            scan_functions(text, out, true);
+            return;
         }
         let mut rest = text;
-        while let Some(start) = rest.find(BLOCK_OPEN) {
+        while let Some(start) = rest.find(self.block_open) {
             out.text(&rest[..start]);
-            let after = &rest[start + BLOCK_OPEN.len()..];
-            let (block, next) = match after.find(BLOCK_CLOSE) {
-                Some(end) => (&after[..end], &after[end + BLOCK_CLOSE.len()..]),
+            let after = &rest[start + self.block_open.len()..];
+            let (block, next) = match after.find(self.block_close) {
+                Some(end) => (&after[..end], &after[end + self.block_close.len()..]),
                 None => (after, ""),
             };
-            scan_functions(block, &mut out, false);
+            if block.contains(FUNCTION_OPEN) {
+                scan_functions(block, out, false);
+            } else {
+                out.text(&rest[start..rest.len() - next.len()]);
+            }
             rest = next;
         }
         out.text(rest);
-        out.finish()
+    }
+}
+
+impl ToolCallParser for XmlFunctionParser {
+    fn parse(&self, text: &str) -> Parsed {
+        let mut out = Builder::default();
+        let Some((think_open, think_close)) = self.reasoning else {
+            self.read_into(text, &mut out);
+            return out.finish_for(text);
+        };
+        let mut rest = text;
+        while let Some(start) = rest.find(think_open) {
+            self.read_into(&rest[..start], &mut out);
+            let after = &rest[start..];
+            let end = after
+                .find(think_close)
+                .map_or(after.len(), |e| e + think_close.len());
+            out.text(&after[..end]);
+            rest = &after[end..];
+        }
+        self.read_into(rest, &mut out);
+        out.finish_for(text)
     }
 
     fn render(&self, content: &str, calls: &[ToolCall]) -> String {
@@ -121,14 +173,17 @@ impl ToolCallParser for Qwen3CoderParser {
             parts.push(content.to_owned());
         }
         for call in calls {
-            let mut s = format!("{BLOCK_OPEN}\n{FUNCTION_OPEN}{}>\n", call.function.name);
+            let mut s = format!(
+                "{}\n{FUNCTION_OPEN}{}>\n",
+                self.block_open, call.function.name
+            );
             for (key, value) in arguments_object(&call.function.arguments) {
                 s.push_str(&format!(
                     "{PARAM_OPEN}{key}>\n{}\n{PARAM_CLOSE}\n",
                     render_value(&value)
                 ));
             }
-            s.push_str(&format!("{FUNCTION_CLOSE}\n{BLOCK_CLOSE}"));
+            s.push_str(&format!("{FUNCTION_CLOSE}\n{}", self.block_close));
             parts.push(s);
         }
         parts.join("\n")

@@ -1,8 +1,8 @@
-//! Formats with special-token sections holding one or more calls: DeepSeek V3 / V3.1,
-//! Kimi K2 and DeepSeek V4 (DSML). Text outside the sections is content; a section or a call
-//! cut short by the end of the text is read up to the end.
+//! Formats with special-token sections holding one or more calls: DeepSeek V3 / V3.1 and
+//! Kimi K2. Text outside the sections is content; a section or a call cut short by the end of
+//! the text is read up to the end; a text in which no call could be read is returned as is.
 
-use super::common::{arguments_json, leading_json, raw_arguments, Builder};
+use super::common::{arguments_json, leading_json, plausible_name, raw_arguments, Builder};
 use super::{Parsed, ToolCallParser};
 use crate::llm::ToolCall;
 
@@ -36,13 +36,6 @@ const KIMI: Tokens = Tokens {
     call_end: "<|tool_call_end|>",
 };
 const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
-
-const DSML: Tokens = Tokens {
-    section_begin: &["<｜DSML｜tool_calls_begin｜>"],
-    section_end: &["<｜DSML｜tool_calls_end｜>"],
-    call_begin: "<｜DSML｜tool_call_begin｜>",
-    call_end: "<｜DSML｜tool_call_end｜>",
-};
 
 /// The earliest occurrence of any of `needles`: (position, length).
 fn find_any(hay: &str, needles: &[&str]) -> Option<(usize, usize)> {
@@ -82,16 +75,15 @@ fn parse_sections(text: &str, tokens: &Tokens, call: impl Fn(&str) -> ToolCall) 
                 Some((end, _)) => (&body[..end], &body[end..]),
                 None => (body, ""),
             };
-            if !body.trim().is_empty() {
-                out.call(call(body));
-            }
+            let raw = &inner[begin..inner.len() - after.len()];
+            out.call_or_text(call(body), raw);
             inner = after;
         }
         out.text(inner);
         rest = next;
     }
     out.text(rest);
-    out.finish()
+    out.finish_for(text)
 }
 
 /// Arguments in a ```` ```json ```` fence (or a bare fence), else the leading JSON value, else
@@ -118,17 +110,17 @@ fn fenced_or_json(text: &str) -> String {
 
 /// DeepSeek V3: `TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```` .
 fn deepseek_v3_call(body: &str) -> ToolCall {
-    let after_sep = match body.find(DEEPSEEK_SEP) {
-        Some(i) => &body[i + DEEPSEEK_SEP.len()..],
-        None => body,
+    let Some(sep) = body.find(DEEPSEEK_SEP) else {
+        return ToolCall::new("", body);
     };
+    let after_sep = &body[sep + DEEPSEEK_SEP.len()..];
     let name_end = [after_sep.find('\n'), after_sep.find("```")]
         .into_iter()
         .flatten()
         .min()
         .unwrap_or(after_sep.len());
     ToolCall::new(
-        after_sep[..name_end].trim(),
+        plausible_name(&after_sep[..name_end]),
         fenced_or_json(&after_sep[name_end..]),
     )
 }
@@ -137,14 +129,15 @@ fn deepseek_v3_call(body: &str) -> ToolCall {
 fn deepseek_v31_call(body: &str) -> ToolCall {
     match body.find(DEEPSEEK_SEP) {
         Some(i) => ToolCall::new(
-            body[..i].trim(),
+            plausible_name(&body[..i]),
             raw_arguments(&body[i + DEEPSEEK_SEP.len()..]),
         ),
-        None => ToolCall::new(body.trim(), "{}"),
+        None => ToolCall::new("", body),
     }
 }
 
-/// Kimi K2: `functions.NAME:IDX<|tool_call_argument_begin|>ARGS`; the raw id is kept.
+/// Kimi K2: `functions.NAME:IDX<|tool_call_argument_begin|>ARGS`; the raw id is kept. An id
+/// without the `:IDX` suffix is not a call (its name cannot be told apart from the index).
 fn kimi_call(body: &str) -> ToolCall {
     let (id, args) = match body.find(KIMI_ARGS) {
         Some(i) => (
@@ -153,67 +146,17 @@ fn kimi_call(body: &str) -> ToolCall {
         ),
         None => (body.trim(), "{}".to_owned()),
     };
-    let before_colon = id.split(':').next().unwrap_or(id);
-    let name = before_colon.rsplit('.').next().unwrap_or(before_colon);
+    let name = match id.rsplit_once(':') {
+        Some((head, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
+            head.rsplit('.').next().unwrap_or(head)
+        }
+        _ => "",
+    };
     let mut call = ToolCall::new(name.trim(), args);
     if !id.is_empty() {
         call.id = id.to_owned();
     }
     call
-}
-
-/// DeepSeek V4 (DSML): `NAME` then a fenced JSON block or a flat `{…}`.
-fn dsml_call(body: &str) -> ToolCall {
-    let name_end = [body.find('\n'), body.find('{'), body.find("```")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(body.len());
-    ToolCall::new(body[..name_end].trim(), fenced_or_json(&body[name_end..]))
-}
-
-/// Length of a DSML token at the start of `s` (`<｜DSML｜NAME｜>`, also with ASCII pipes and
-/// spaces) and its name.
-fn dsml_token(s: &str) -> Option<(&str, usize)> {
-    fn pipe(s: &str) -> Option<&str> {
-        let s = s.trim_start();
-        s.strip_prefix('|')
-            .or_else(|| s.strip_prefix('｜'))
-            .map(str::trim_start)
-    }
-    let rest = s.strip_prefix('<')?;
-    let rest = pipe(rest)?.strip_prefix("DSML")?;
-    let rest = pipe(rest)?;
-    let name_len = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    let (name, rest) = rest.split_at(name_len);
-    let rest = pipe(rest)?.strip_prefix('>')?;
-    (!name.is_empty()).then(|| (name, s.len() - rest.len()))
-}
-
-/// Rewrites every DSML token (either pipe style) to the canonical fullwidth form.
-fn normalize_dsml(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find('<') {
-        out.push_str(&rest[..i]);
-        let at = &rest[i..];
-        match dsml_token(at) {
-            Some((name, len)) => {
-                out.push_str("<｜DSML｜");
-                out.push_str(name);
-                out.push_str("｜>");
-                rest = &at[len..];
-            }
-            None => {
-                out.push('<');
-                rest = &at[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Parser for DeepSeek V3 / R1 tool calls.
@@ -227,10 +170,6 @@ pub struct DeepSeekV31Parser;
 /// Parser for Kimi K2 tool calls (raw ids kept).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KimiK2Parser;
-
-/// Parser for DeepSeek V4 DSML tool calls.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeepSeekV4Parser;
 
 /// `content` + section begin + rendered calls + section end.
 fn render_section(
@@ -313,25 +252,6 @@ impl ToolCallParser for KimiK2Parser {
             format!(
                 "{}{KIMI_ARGS}{}",
                 kimi_id(i, c),
-                arguments_json(&c.function.arguments)
-            )
-        })
-    }
-}
-
-impl ToolCallParser for DeepSeekV4Parser {
-    fn parse(&self, text: &str) -> Parsed {
-        if !text.contains("DSML") {
-            return parse_sections(text, &DSML, dsml_call);
-        }
-        parse_sections(&normalize_dsml(text), &DSML, dsml_call)
-    }
-
-    fn render(&self, content: &str, calls: &[ToolCall]) -> String {
-        render_section(content, calls, &DSML, "", |_, c| {
-            format!(
-                "{}\n```json\n{}\n```\n",
-                c.function.name,
                 arguments_json(&c.function.arguments)
             )
         })
