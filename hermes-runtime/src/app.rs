@@ -94,10 +94,15 @@ fn init_tracing() {
         .try_init();
 }
 
-/// Removes every sandbox container this process still owns, telling an impatient user that a
-/// repeated Ctrl-C is ignored until it is done.
+/// Removes every sandbox container this process still owns, then reaps what runs that are gone
+/// left on the same daemons, telling an impatient user that a repeated Ctrl-C is ignored until
+/// it is done.
 async fn cleanup_sandboxes() {
-    let cleanup = crate::sandbox::docker::remove_all_live();
+    let cleanup = async {
+        let left = crate::sandbox::docker::remove_all_live().await;
+        crate::sandbox::docker::reaper::reap_after_run().await;
+        left
+    };
     tokio::pin!(cleanup);
     loop {
         tokio::select! {
