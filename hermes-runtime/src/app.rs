@@ -25,6 +25,7 @@ use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
     init_tracing();
+    crate::sandbox::docker::watchdog::enable();
     let args: Vec<OsString> = std::env::args_os().collect();
     let bin = args
         .first()
@@ -101,6 +102,7 @@ async fn cleanup_sandboxes() {
     let cleanup = async {
         let left = crate::sandbox::docker::remove_all_live().await;
         crate::sandbox::docker::reaper::reap_after_run().await;
+        crate::sandbox::docker::watchdog::release_all();
         left
     };
     tokio::pin!(cleanup);

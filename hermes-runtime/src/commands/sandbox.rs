@@ -2,11 +2,13 @@
 //! (the reaper of every Docker-backed run does the same for orphans automatically, by the same
 //! rule: a container whose run holds a live lease is never an orphan).
 
+use std::io::Write as _;
+
 use anyhow::Context as _;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::sandbox::docker::reaper::{self, ManagedContainer};
-use crate::sandbox::docker::Endpoint;
+use crate::sandbox::docker::{watchdog, Endpoint};
 
 /// The clap definition of `sandbox`.
 pub fn command() -> Command {
@@ -34,6 +36,12 @@ pub fn command() -> Command {
                         .help("Remove every labelled container, also those of running processes"),
                 ),
         )
+        .subcommand(
+            Command::new("watch")
+                .hide(true)
+                .about("A run's watchdog (started by the run itself): after the run dies, removes its containers")
+                .arg(Arg::new("run_id").long("run-id").required(true)),
+        )
 }
 
 /// Runs `sandbox list` or `sandbox reap`.
@@ -57,6 +65,17 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
             }
             println!("{} container(s) removed", removed.len());
         }
+        Some(("watch", sub)) => {
+            let run_id = sub.get_one::<String>("run_id").map_or("", String::as_str);
+            let removed = watchdog::watch(&docker, run_id).await?;
+            if removed > 0 {
+                // Its parent may be gone with the terminal: a failed write is no error.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "sandbox watch: run {run_id} ended without cleaning up; removed {removed} container(s)"
+                );
+            }
+        }
         _ => anyhow::bail!("usage: sandbox list | sandbox reap [--all]"),
     }
     Ok(())
@@ -66,7 +85,7 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
 fn render(containers: &[ManagedContainer], now: u64) -> String {
     let row = |cells: [&str; 11]| {
         format!(
-            "{:<28} {:<8} {:<24} {:<16} {:<12} {:<5} {:<12} {:<8} {:>7} {:>9}  {}\n",
+            "{:<32} {:<8} {:<36} {:<16} {:<12} {:<5} {:<12} {:<8} {:>7} {:>9}  {}\n",
             cells[0],
             cells[1],
             cells[2],

@@ -2,14 +2,15 @@
 //! labelled container per task id whose idle process is a sleep of the sandbox's lifetime (the
 //! daemon stops and removes it then, whatever happens to this process) and one exec per
 //! command; creation bounded by a semaphore and a rate; an optional pool of pre-started
-//! containers; a lease per run that tells reapers the run is alive; files moved through the
-//! archive (tar) endpoints.
+//! containers; a lease per run that tells reapers the run is alive and a watchdog process that
+//! cleans up after a killed run; files moved through the archive (tar) endpoints.
 
 mod lease;
 mod lifecycle;
 mod pool;
 pub mod reaper;
 mod sandbox;
+pub mod watchdog;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -325,13 +326,15 @@ impl DockerProvider {
     pub async fn connect(settings: DockerSettings) -> Result<Self, SandboxError> {
         let (docker, endpoint) = Endpoint::connect(settings.host.as_deref()).await?;
         register_daemon(&endpoint);
+        let owner = Owner::new_run();
+        watchdog::spawn(&owner.run_id, &endpoint);
         let shared = Arc::new(Shared {
             _reaper: settings
                 .reap_interval
                 .map(|every| reaper::Periodic::start(docker.clone(), every)),
             docker,
             endpoint,
-            owner: Owner::new_run(),
+            owner,
             lease: OnceCell::new(),
             permits: Semaphore::new(settings.create_concurrency.max(1)),
             rate: RateLimiter::new(settings.create_rate),
