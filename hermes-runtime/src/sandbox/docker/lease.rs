@@ -17,7 +17,9 @@ use tokio::io::AsyncWrite;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use super::lifecycle::{register, unix_now, unregister, ContainerGuard, Endpoint, Owner};
+use super::lifecycle::{
+    register, shutting_down, unix_now, unregister, ContainerGuard, Endpoint, Owner,
+};
 use super::{create_error, LABEL_CREATED, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, ROLE_LEASE};
 use crate::sandbox::SandboxError;
 
@@ -75,6 +77,9 @@ impl Drop for Lease {
 async fn keep(docker: Docker, spec: LeaseSpec, mut attached: Attached) {
     loop {
         while attached.output.next().await.is_some() {}
+        if shutting_down() {
+            return;
+        }
         warn!(
             "sandbox lease {} of run {} ended while the run goes on; starting a new one \
              (until it runs, other runs' reapers may take this run's containers for orphans)",

@@ -191,6 +191,14 @@ static REGISTRY: Registry = Registry {
 
 static AT_EXIT: Once = Once::new();
 
+/// Set once the process removes everything it owns (the end of the run or a signal).
+static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the process is removing everything it owns (a lease that ends now is not lost).
+pub fn shutting_down() -> bool {
+    SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -323,6 +331,7 @@ fn wait_for_pending(limit: Duration) {
 /// Removes every container this process still owns (signal handler and exit path): waits for
 /// removals already in flight, then removes the rest. Returns how many remain afterwards.
 pub async fn remove_all_live() -> usize {
+    SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
     let (done, finished) = tokio::sync::oneshot::channel();
     // A plain thread (not the runtime's blocking pool) may start its own runtime.
     let spawned = std::thread::Builder::new()
