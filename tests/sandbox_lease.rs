@@ -177,7 +177,7 @@ async fn a_lease_the_daemon_ends_is_replaced_and_the_provider_takes_its_lease_al
     s.teardown().await.unwrap();
     second.teardown().await.unwrap();
     let run = p.run_id().to_owned();
-    drop(p);
+    drop((s, second, p));
     assert!(
         eventually(Duration::from_secs(20), || of_run(&run, "lease").is_empty()).await,
         "dropping the provider ends its lease"
