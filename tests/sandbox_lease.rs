@@ -183,3 +183,57 @@ async fn a_lease_the_daemon_ends_is_replaced_and_the_provider_takes_its_lease_al
         "dropping the provider ends its lease"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_reaper_removes_a_dead_runs_container_during_a_run() {
+    let p = provider(DockerSettings {
+        reap_interval: Some(Duration::from_secs(1)),
+        ..settings()
+    })
+    .await;
+    let s = p.create("reaping", &SandboxSpec::default()).await.unwrap();
+    let orphan = format!("hermes-test-dead-run-{}", &p.run_id()[..8]);
+    let dead_run = format!("dead{}", &p.run_id()[..8]);
+    let started = Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--init",
+            "--network",
+            "none",
+            "--name",
+            &orphan,
+        ])
+        .args([
+            "--label",
+            "hermes-env=1",
+            "--label",
+            "hermes-env.role=sandbox",
+        ])
+        .args(["--label", &format!("hermes-env.run-id={dead_run}")])
+        .args(common::docker::owned_by_this_process())
+        .args(["--label", "hermes-env.env=lease-test"])
+        .args([common::docker::IMAGE, "sleep", "120"])
+        .output()
+        .unwrap();
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || of_run(&dead_run, "sandbox")
+            .is_empty())
+        .await,
+        "the periodic reaper removed {orphan}"
+    );
+    let out = s
+        .exec(ExecRequest::new("echo mine", Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.output, "mine\n",
+        "and left this run's own sandbox alone"
+    );
+    s.teardown().await.unwrap();
+}

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::docker::{
-    containers_of, require_docker, sandbox_states_of, states_of, wait_until_no_containers,
-    watchdog_of, IMAGE,
+    containers_of, owned_by_this_process, require_docker, sandbox_states_of, states_of,
+    wait_until_no_containers, watchdog_of, IMAGE,
 };
 use common::example_bin;
 use hermes_env::app::{execute, parse_invocation, Resolved};
@@ -346,9 +346,7 @@ fn sandbox_subcommand_lists_and_reaps_by_lease() {
             .args(label("hermes-env.role", role))
             .args(label("hermes-env.task-id", name))
             .args(label("hermes-env.run-id", run))
-            .args(label("hermes-env.owner-pid", "1"))
-            .args(label("hermes-env.owner-start", "1"))
-            .args(label("hermes-env.owner-host", "elsewhere"))
+            .args(owned_by_this_process())
             .args(label("hermes-env.created", &unix_now().to_string()))
             .args(label("hermes-env.deadline", "1"))
             .arg(IMAGE)
@@ -371,6 +369,8 @@ fn sandbox_subcommand_lists_and_reaps_by_lease() {
     fake(&lease, "lease", &live_run, &["sleep", "120"]);
     fake(&kept, "sandbox", &live_run, &["sleep", "120"]);
     fake(&orphan, "sandbox", &dead_run, &["sleep", "120"]);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let this_process = format!("{}@{}", std::process::id(), host.trim());
     let bin = example_bin("swe_pytest");
     let list = Command::new(&bin)
         .args(["sandbox", "list"])
@@ -405,7 +405,7 @@ fn sandbox_subcommand_lists_and_reaps_by_lease() {
             "lifecycle-test",
             &live_run,
             "yes",
-            "1@elsewhere",
+            &this_process,
             "running"
         ]
     );

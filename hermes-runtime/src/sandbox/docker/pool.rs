@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 use super::{Container, Shared};
 
@@ -57,7 +57,10 @@ impl Pool {
             if c.started.elapsed() < budget {
                 return Some(c);
             }
-            debug!(container = %c.guard.name(), "sandbox pool: dropping a container idle for a whole lifetime");
+            info!(
+                "sandbox pool: replacing {}, idle for a whole --env.terminal_lifetime",
+                c.guard.name()
+            );
         }
         None
     }
