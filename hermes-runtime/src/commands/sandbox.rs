@@ -67,12 +67,13 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
         }
         Some(("watch", sub)) => {
             let run_id = sub.get_one::<String>("run_id").map_or("", String::as_str);
-            let removed = watchdog::watch(&docker, run_id).await?;
-            if removed > 0 {
+            let watched = watchdog::watch(&docker, run_id).await?;
+            if !watched.clean && watched.removed > 0 {
                 // Its parent may be gone with the terminal: a failed write is no error.
                 let _ = writeln!(
                     std::io::stderr(),
-                    "sandbox watch: run {run_id} ended without cleaning up; removed {removed} container(s)"
+                    "sandbox watch: run {run_id} ended without cleaning up; removed {} container(s)",
+                    watched.removed
                 );
             }
         }

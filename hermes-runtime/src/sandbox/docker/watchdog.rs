@@ -3,8 +3,9 @@
 //! without saying goodbye (SIGKILL, OOM), the pipe reaches EOF and the watchdog removes every
 //! container of run R — also the ones the daemon created for requests that were in flight at
 //! the kill, which were never started and so have no idle sleep to end them — in a few passes
-//! over the next 30 s. A parent that exits cleanly writes one byte first and the watchdog
-//! leaves at once (the parent has cleaned up itself).
+//! over the next 30 s. A parent that exits cleanly writes one byte first: it has removed what it
+//! knew of, and the watchdog (its output closed, so it holds no pipe of whoever waits for the
+//! parent) only catches creations that the parent cancelled in flight, in passes over 10 s.
 //!
 //! Only a real environment binary can be re-executed as `sandbox watch`: [`enable`] is called
 //! by its `main`; providers in other processes (tests, embedders) run without a watchdog.
@@ -27,6 +28,8 @@ use crate::sandbox::SandboxError;
 /// Seconds after the parent's death at which the watchdog removes the run's containers (the
 /// later passes catch creations the daemon finished after the client was gone).
 const PASSES: [u64; 5] = [0, 1, 3, 10, 30];
+/// The same after a clean exit (the parent has just removed everything it knew of).
+const PASSES_AFTER_CLEAN_EXIT: [u64; 3] = [1, 3, 10];
 /// The byte a parent that cleans up itself sends before it exits.
 const GOODBYE: u8 = b'c';
 
@@ -85,25 +88,51 @@ pub fn release_all() {
     }
 }
 
-/// The `sandbox watch` side: waits for the parent's end; after an unclean one, removes run
-/// `run_id`'s containers in [`PASSES`]. Returns how many it removed.
-pub async fn watch(docker: &Docker, run_id: &str) -> Result<usize, SandboxError> {
+/// What the watchdog saw and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watched {
+    /// The parent said goodbye (it cleaned up itself).
+    pub clean: bool,
+    /// Containers the watchdog removed.
+    pub removed: usize,
+}
+
+/// The `sandbox watch` side: waits for the parent's end, then removes run `run_id`'s
+/// containers in passes ([`PASSES`], or [`PASSES_AFTER_CLEAN_EXIT`] with stdout and stderr
+/// closed after a goodbye).
+pub async fn watch(docker: &Docker, run_id: &str) -> Result<Watched, SandboxError> {
     let clean = tokio::task::spawn_blocking(|| {
         let mut byte = [0u8; 1];
         matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == GOODBYE)
     })
     .await
     .unwrap_or(false);
-    if clean {
-        return Ok(0);
-    }
+    let passes: &[u64] = if clean {
+        detach_output();
+        &PASSES_AFTER_CLEAN_EXIT
+    } else {
+        &PASSES
+    };
     let start = tokio::time::Instant::now();
     let mut removed = 0;
-    for at in PASSES {
-        tokio::time::sleep_until(start + Duration::from_secs(at)).await;
+    for at in passes {
+        tokio::time::sleep_until(start + Duration::from_secs(*at)).await;
         removed += remove_run(docker, run_id).await?;
     }
-    Ok(removed)
+    Ok(Watched { clean, removed })
+}
+
+/// Points stdout and stderr at /dev/null, so whoever reads the parent's output to its end
+/// does not wait for the watchdog.
+fn detach_output() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: dup2 onto the standard descriptors of this process, from a file we own.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
+    }
 }
 
 async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError> {
