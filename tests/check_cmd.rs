@@ -145,9 +145,10 @@ async fn check_passes_on_web_research() {
     );
 }
 
-/// Needs the Docker daemon and the `hermes-env/python` image (`sandbox-images/build`).
+/// Needs the Docker daemon and the `hermes-env/python` image (built when missing).
 #[tokio::test]
 async fn check_passes_on_swe_pytest_in_docker() {
+    common::docker::require_docker();
     assert_eq!(
         check_example("swe_pytest", &["--env.terminal_backend", "docker"]).await,
         "check: 6 items, 6 passed, 0 failed (min score 1) (7 repeated training items skipped)"

@@ -1,7 +1,8 @@
 //! End-to-end Docker lifecycle against the real daemon: the example environments earn 1.0
 //! with `--env.terminal_backend docker`, and no labelled container survives a normal run, a
-//! panic in `compute_reward`, SIGINT mid-run (twice), or SIGKILL followed by the next start
-//! (the start-up reaper). `sandbox list|reap` shows and removes orphans by hand.
+//! panic in `compute_reward`, SIGINT mid-run (twice), SIGKILL with nothing restarted (the
+//! watchdog), SIGKILL of the run and its watchdog (the daemon-side lifetime; the reaper of an
+//! immediate restart). `sandbox list|reap` shows and removes orphans by hand.
 
 mod common;
 
@@ -10,7 +11,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::docker::{containers_of, require_docker, wait_until_no_containers, IMAGE};
+use common::docker::{
+    containers_of, owned_by_this_process, require_docker, sandbox_states_of, states_of,
+    wait_until_no_containers, watchdog_of, IMAGE,
+};
 use common::example_bin;
 use hermes_env::app::{execute, parse_invocation, Resolved};
 use hermes_env::prelude::*;
@@ -126,13 +130,12 @@ fn swe_pytest_reference_earns_1_in_docker_and_leaves_nothing() {
     assert_reference_earns_one("swe_pytest", "3");
 }
 
-/// Waits until process `pid` owns at least one labelled container.
-fn wait_for_a_container(pid: u32, child: &mut Child) -> Vec<String> {
+/// Waits until process `pid` owns at least one sandbox container (its lease comes first).
+fn wait_for_a_container(pid: u32, child: &mut Child) {
     let start = Instant::now();
     loop {
-        let names = containers_of(pid);
-        if !names.is_empty() {
-            return names;
+        if !sandbox_states_of(pid).is_empty() {
+            return;
         }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended ({status}) before any container appeared");
@@ -145,7 +148,7 @@ fn wait_for_a_container(pid: u32, child: &mut Child) -> Vec<String> {
     }
 }
 
-fn spawn_long_run(dir: &Path) -> Child {
+fn spawn_long_run(dir: &Path, extra: &[&str]) -> Child {
     Command::new(example_bin("swe_pytest"))
         .current_dir(dir)
         .args([
@@ -163,10 +166,27 @@ fn spawn_long_run(dir: &Path) -> Child {
             "--env.data_path_to_save_groups",
             "out.jsonl",
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn swe_pytest")
+}
+
+/// Polls (every 200 ms, up to `limit`) until process `pid` owns no labelled container; returns
+/// how long that took, or the states still there at the limit.
+fn time_until_gone(pid: u32, limit: Duration) -> Result<Duration, Vec<String>> {
+    let start = Instant::now();
+    loop {
+        let states = states_of(pid);
+        if states.is_empty() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return Err(states);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn signal(pid: u32, sig: i32) {
@@ -181,7 +201,7 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     let _serial = serial();
     require_docker();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_long_run(dir.path());
+    let mut child = spawn_long_run(dir.path(), &[]);
     let pid = child.id();
     wait_for_a_container(pid, &mut child);
     // The first SIGINT stops gracefully (30 s of grace by default); the second, as a user
@@ -192,25 +212,110 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     signal(pid, libc::SIGINT);
     let status = wait_bounded(child, Duration::from_secs(90));
     assert_eq!(status.code(), Some(130), "runs cancelled by a second signal exit with 130");
+    // Creations cancelled in flight may land after the exit; the watchdog takes them.
     assert_eq!(
-        containers_of(pid),
+        wait_until_no_containers(pid, Duration::from_secs(15)),
         Vec::<String>::new(),
         "containers left after SIGINT"
     );
 }
 
 #[test]
-fn sigkill_leaves_containers_that_the_next_start_reaps() {
+fn sigkill_with_nothing_restarted_leaves_no_container_within_60s() {
     let _serial = serial();
     require_docker();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_long_run(dir.path());
+    let mut child = spawn_long_run(dir.path(), &["--env.terminal_lifetime", "20"]);
     let pid = child.id();
     wait_for_a_container(pid, &mut child);
+    let before = states_of(pid);
     signal(pid, libc::SIGKILL);
     let _ = wait_bounded(child, Duration::from_secs(30));
-    let orphans = containers_of(pid);
-    assert!(!orphans.is_empty(), "SIGKILL runs no cleanup");
+    match time_until_gone(pid, Duration::from_secs(60)) {
+        Ok(took) => eprintln!(
+            "figures: SIGKILL with {} container(s) ({before:?}), none left after {took:?}",
+            before.len()
+        ),
+        Err(left) => {
+            panic!("60 s after SIGKILL, containers remain: {left:?} (at the kill: {before:?})")
+        }
+    }
+}
+
+/// Kills the run and its watchdog at once (as a kill of the whole process tree would).
+fn kill_run_and_watchdog(child: Child) -> u32 {
+    let pid = child.id();
+    let watchdog = watchdog_of(pid);
+    signal(watchdog, libc::SIGKILL);
+    signal(pid, libc::SIGKILL);
+    let _ = wait_bounded(child, Duration::from_secs(30));
+    pid
+}
+
+#[test]
+fn without_its_watchdog_a_killed_runs_started_containers_end_at_their_lifetime() {
+    let _serial = serial();
+    require_docker();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_long_run(dir.path(), &["--env.terminal_lifetime", "20"]);
+    let pid = child.id();
+    // Wait until some sandboxes run, so the lifetime has something to end.
+    let start = Instant::now();
+    while !sandbox_states_of(pid).iter().any(|s| s == "running") {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no running container"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = Instant::now();
+    let pid = kill_run_and_watchdog(child);
+    let before = states_of(pid);
+    // The sleep is 20 s from the start; allow the daemon 15 s more to stop and remove.
+    let deadline = Duration::from_secs(35);
+    let mut left = states_of(pid);
+    while left.iter().any(|s| s != "created") && killed.elapsed() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        left = states_of(pid);
+    }
+    assert!(
+        left.iter().all(|s| s == "created"),
+        "{:?} after the kill, started containers remain: {left:?}",
+        killed.elapsed()
+    );
+    eprintln!(
+        "figures: killed run + watchdog with {before:?}; after {:?}: {left:?} (never started: \
+         no process, removed by the next reaper)",
+        killed.elapsed()
+    );
+    // Whatever the daemon created but nobody started belongs to a run without a lease.
+    let reap = Command::new(example_bin("swe_pytest"))
+        .args(["sandbox", "reap"])
+        .output()
+        .unwrap();
+    assert!(
+        reap.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reap.stderr)
+    );
+    assert_eq!(
+        states_of(pid),
+        Vec::<String>::new(),
+        "sandbox reap removed the rest"
+    );
+}
+
+#[test]
+fn sigkill_of_run_and_watchdog_then_an_immediate_restart_leaves_nothing() {
+    let _serial = serial();
+    require_docker();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = spawn_long_run(dir.path(), &[]);
+    wait_for_a_container(child.id(), &mut child);
+    let pid = kill_run_and_watchdog(child);
+    let before = states_of(pid);
+    assert!(!before.is_empty(), "nothing cleaned up after the kill");
     let next = tempfile::tempdir().unwrap();
     let (_, out) = run_example("swe_pytest", next.path(), &["--env.total_steps", "1"]);
     assert!(
@@ -218,68 +323,145 @@ fn sigkill_leaves_containers_that_the_next_start_reaps() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("orphaned sandbox container"),
-        "the start-up reaper reports what it removed"
+        stderr.contains("orphaned sandbox container"),
+        "the restart's reaper reports what it removed:\n{stderr}"
     );
+    let after = states_of(pid);
+    eprintln!("figures: killed run + watchdog left {before:?}; after the restart's run: {after:?}");
     assert_eq!(
-        containers_of(pid),
+        after,
         Vec::<String>::new(),
-        "the next start removed the orphans"
+        "the restart removed every container of the killed run"
     );
 }
 
 #[test]
-fn sandbox_subcommand_lists_and_reaps_orphans() {
+fn sandbox_subcommand_lists_and_reaps_by_lease() {
     let _serial = serial();
     require_docker();
-    // An orphan: a labelled container whose owner pid does not exist.
-    let dead_pid = "4000000";
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-    let created = Command::new("docker")
-        .args(["run", "-d", "--rm=false", "--network", "none"])
-        .args([
-            "--label",
-            "hermes-env=1",
-            "--label",
-            "hermes-env.task-id=orphan-task",
-        ])
-        .args(["--label", &format!("hermes-env.owner-pid={dead_pid}")])
-        .args(["--label", "hermes-env.owner-start=1"])
-        .args(["--label", &format!("hermes-env.owner-host={}", host.trim())])
-        .args([IMAGE, "sleep", "infinity"])
-        .output()
-        .unwrap();
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stderr)
+    let label = |k: &str, v: &str| ["--label".to_owned(), format!("{k}={v}")];
+    let fake = |name: &str, role: &str, run: &str, cmd: &[&str]| {
+        let out = Command::new("docker")
+            .args(["run", "-d", "--init", "--network", "none", "--name", name])
+            .args(label("hermes-env", "1"))
+            .args(label("hermes-env.env", "lifecycle-test"))
+            .args(label("hermes-env.role", role))
+            .args(label("hermes-env.task-id", name))
+            .args(label("hermes-env.run-id", run))
+            .args(owned_by_this_process())
+            .args(label("hermes-env.created", &unix_now().to_string()))
+            .args(label("hermes-env.deadline", "1"))
+            .arg(IMAGE)
+            .args(cmd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let suffix = &uuid_like()[..8];
+    let (live_run, dead_run) = (format!("live{suffix}"), format!("dead{suffix}"));
+    let (lease, kept, orphan) = (
+        format!("hermes-test-lease-{suffix}"),
+        format!("hermes-test-kept-{suffix}"),
+        format!("hermes-test-orphan-{suffix}"),
     );
+    fake(&lease, "lease", &live_run, &["sleep", "120"]);
+    fake(&kept, "sandbox", &live_run, &["sleep", "120"]);
+    fake(&orphan, "sandbox", &dead_run, &["sleep", "120"]);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let this_process = format!("{}@{}", std::process::id(), host.trim());
     let bin = example_bin("swe_pytest");
     let list = Command::new(&bin)
         .args(["sandbox", "list"])
         .output()
         .unwrap();
-    let table = String::from_utf8_lossy(&list.stdout);
     assert!(list.status.success());
-    let row = table
-        .lines()
-        .find(|l| l.contains("orphan-task"))
-        .unwrap_or_else(|| panic!("the orphan is listed:\n{table}"));
-    assert!(
-        row.contains(&format!("{dead_pid} (gone)")) && row.ends_with("yes"),
-        "{row}"
+    let table = String::from_utf8_lossy(&list.stdout);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME", "ROLE", "TASK", "ENV", "RUN", "ALIVE", "PROCESS", "STATE", "AGE", "DEADLINE",
+            "ORPHAN"
+        ]
     );
+    let row = |name: &str| -> Vec<String> {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} is listed:\n{table}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    // The deadline passed long ago, yet a live lease keeps the container.
+    let kept_row = row(&kept);
+    assert_eq!(
+        kept_row[1..8],
+        [
+            "sandbox",
+            &kept,
+            "lifecycle-test",
+            &live_run,
+            "yes",
+            &this_process,
+            "running"
+        ]
+    );
+    assert_eq!(kept_row[9..], ["passed", "no"]);
+    assert_eq!(row(&lease)[1], "lease");
+    assert_eq!(row(&lease)[10], "no");
+    assert_eq!(row(&orphan)[5], "no", "its run has no lease");
+    assert_eq!(row(&orphan)[10], "yes");
     let reap = Command::new(&bin)
         .args(["sandbox", "reap"])
         .output()
         .unwrap();
     assert!(reap.status.success());
-    assert!(String::from_utf8_lossy(&reap.stdout).contains("task orphan-task"));
-    assert_eq!(
-        containers_of(dead_pid.parse().unwrap()),
-        Vec::<String>::new()
+    let reaped = String::from_utf8_lossy(&reap.stdout);
+    assert!(reaped.contains(&format!("removed {orphan} ")), "{reaped}");
+    assert!(
+        !reaped.contains(&kept) && !reaped.contains(&lease),
+        "{reaped}"
     );
+    // Ending the lease ends the run: the next reap takes its container too.
+    let stopped = Command::new("docker")
+        .args(["rm", "-f", &lease])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success());
+    let reap = Command::new(&bin)
+        .args(["sandbox", "reap"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&reap.stdout).contains(&format!("removed {kept} ")));
+    for name in [&lease, &kept, &orphan] {
+        let gone = Command::new("docker")
+            .args(["inspect", name])
+            .output()
+            .unwrap();
+        assert!(!gone.status.success(), "{name} is gone");
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A random hex string (the test's names must not collide with another run's).
+fn uuid_like() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
 }
 
 /// An environment whose reward panics after using the sandbox.

@@ -64,6 +64,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "sandbox_pool_size",
     "sandbox_create_concurrency",
     "sandbox_create_rate",
+    "sandbox_reap_interval",
     "dataset_name",
     "dataset_split",
     "prompt_field",

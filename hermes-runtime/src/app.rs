@@ -31,6 +31,7 @@ pub fn main<E: Environment>() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     crate::own_secrets::protect(&args);
     init_tracing();
+    crate::sandbox::docker::watchdog::enable();
     let bin = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
@@ -104,10 +105,16 @@ fn init_tracing() {
         .try_init();
 }
 
-/// Removes every sandbox container this process still owns, telling an impatient user that a
-/// repeated Ctrl-C is ignored until it is done.
+/// Removes every sandbox container this process still owns, then reaps what runs that are gone
+/// left on the same daemons, telling an impatient user that a repeated Ctrl-C is ignored until
+/// it is done.
 async fn cleanup_sandboxes() {
-    let cleanup = crate::sandbox::docker::remove_all_live();
+    let cleanup = async {
+        let left = crate::sandbox::docker::remove_all_live().await;
+        crate::sandbox::docker::reaper::reap_after_run().await;
+        crate::sandbox::docker::watchdog::release_all();
+        left
+    };
     tokio::pin!(cleanup);
     loop {
         tokio::select! {

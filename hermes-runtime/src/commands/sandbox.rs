@@ -1,11 +1,14 @@
 //! `sandbox list|reap`: shows and removes this project's labelled Docker containers by hand
-//! (the start-up reaper of every Docker-backed run does the same for orphans automatically).
+//! (the reaper of every Docker-backed run does the same for orphans automatically, by the same
+//! rule: a container whose run holds a live lease is never an orphan).
+
+use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::sandbox::docker::reaper::{self, ManagedContainer};
-use crate::sandbox::docker::Endpoint;
+use crate::sandbox::docker::{watchdog, Endpoint};
 
 /// The clap definition of `sandbox`.
 pub fn command() -> Command {
@@ -21,17 +24,23 @@ pub fn command() -> Command {
         )
         .subcommand(
             Command::new("list")
-                .about("Show every labelled container: task, owner process, state, age"),
+                .about("Show every labelled container: task, owning run and whether it is alive, state, age, deadline"),
         )
         .subcommand(
             Command::new("reap")
-                .about("Remove orphaned containers (owner process gone, or past their deadline)")
+                .about("Remove orphaned containers (their run holds no live lease)")
                 .arg(
                     Arg::new("all")
                         .long("all")
                         .action(ArgAction::SetTrue)
                         .help("Remove every labelled container, also those of running processes"),
                 ),
+        )
+        .subcommand(
+            Command::new("watch")
+                .hide(true)
+                .about("A run's watchdog (started by the run itself): after the run dies, removes its containers")
+                .arg(Arg::new("run_id").long("run-id").required(true)),
         )
 }
 
@@ -56,6 +65,18 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
             }
             println!("{} container(s) removed", removed.len());
         }
+        Some(("watch", sub)) => {
+            let run_id = sub.get_one::<String>("run_id").map_or("", String::as_str);
+            let watched = watchdog::watch(&docker, run_id).await?;
+            if !watched.clean && watched.removed > 0 {
+                // Its parent may be gone with the terminal: a failed write is no error.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "sandbox watch: run {run_id} ended without cleaning up; removed {} container(s)",
+                    watched.removed
+                );
+            }
+        }
         _ => anyhow::bail!("usage: sandbox list | sandbox reap [--all]"),
     }
     Ok(())
@@ -63,27 +84,53 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
 
 /// The `sandbox list` table.
 fn render(containers: &[ManagedContainer], now: u64) -> String {
-    let mut out = format!(
-        "{:<24} {:<38} {:<16} {:<14} {:<8} {:>7}  {}\n",
-        "NAME", "TASK", "ENV", "OWNER", "STATE", "AGE", "ORPHAN"
-    );
+    let row = |cells: [&str; 11]| {
+        format!(
+            "{:<32} {:<8} {:<36} {:<16} {:<12} {:<5} {:<12} {:<8} {:>7} {:>9}  {}\n",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            cells[7],
+            cells[8],
+            cells[9],
+            cells[10]
+        )
+    };
+    let mut out = row([
+        "NAME", "ROLE", "TASK", "ENV", "RUN", "ALIVE", "PROCESS", "STATE", "AGE", "DEADLINE",
+        "ORPHAN",
+    ]);
     for c in containers {
-        let owner = match (&c.owner, c.owner_alive) {
-            (Some(o), Some(true)) => format!("{} (alive)", o.pid),
-            (Some(o), Some(false)) => format!("{} (gone)", o.pid),
-            (Some(o), None) => format!("{}@{}", o.pid, o.host),
-            (None, _) => "-".into(),
+        let (run, alive, process) = match &c.owner {
+            Some(o) => (
+                o.run_id.chars().take(12).collect(),
+                if c.owner_alive { "yes" } else { "no" },
+                format!("{}@{}", o.pid, o.host),
+            ),
+            None => ("-".to_owned(), "-", "-".to_owned()),
         };
-        out.push_str(&format!(
-            "{:<24} {:<38} {:<16} {:<14} {:<8} {:>6}s  {}\n",
-            c.name,
-            c.task_id,
-            c.env,
-            owner,
-            c.state,
-            now.saturating_sub(c.created),
-            if c.is_orphan(now) { "yes" } else { "no" }
-        ));
+        let deadline = match c.deadline {
+            Some(d) if d >= now => format!("in {}s", d - now),
+            Some(_) => "passed".to_owned(),
+            None => "-".to_owned(),
+        };
+        out.push_str(&row([
+            &c.name,
+            if c.role.is_empty() { "-" } else { &c.role },
+            &c.task_id,
+            &c.env,
+            &run,
+            alive,
+            &process,
+            &c.state,
+            &format!("{}s", now.saturating_sub(c.created)),
+            &deadline,
+            if c.is_orphan(now) { "yes" } else { "no" },
+        ]));
     }
     out.push_str(&format!("{} container(s)\n", containers.len()));
     out
@@ -94,25 +141,56 @@ mod tests {
     use super::*;
     use crate::sandbox::docker::Owner;
 
-    #[test]
-    fn the_table_marks_orphans() {
-        let me = Owner::current();
-        let c = ManagedContainer {
+    fn container(role: &str, alive: bool) -> ManagedContainer {
+        ManagedContainer {
             id: "abc".into(),
             name: "hermes-t1-0123abcd".into(),
+            role: role.into(),
             task_id: "t1".into(),
             env: "swe-pytest".into(),
             image: "hermes-env/python:latest".into(),
             state: "running".into(),
-            owner: Some(Owner { pid: 42, ..me }),
-            owner_alive: Some(false),
+            owner: Some(Owner {
+                run_id: "0123456789abcdef0123456789abcdef".into(),
+                pid: 42,
+                start: 7,
+                host: "box".into(),
+            }),
+            owner_alive: alive,
             created: 100,
-            deadline: Some(10_000),
-        };
-        let table = render(&[c], 160);
-        assert!(table.contains("hermes-t1-0123abcd"));
-        assert!(table.contains("42 (gone)"));
-        assert!(table.contains("60s  yes"));
-        assert!(table.ends_with("1 container(s)\n"));
+            deadline: Some(400),
+        }
+    }
+
+    #[test]
+    fn the_table_shows_run_liveness_age_deadline_and_orphans() {
+        let table = render(
+            &[container("sandbox", false), container("sandbox", true)],
+            160,
+        );
+        let lines: Vec<&str> = table.lines().collect();
+        for column in ["RUN", "ALIVE", "STATE", "AGE", "DEADLINE", "ORPHAN"] {
+            assert!(lines[0].contains(column), "{}", lines[0]);
+        }
+        let dead: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(
+            dead,
+            [
+                "hermes-t1-0123abcd",
+                "sandbox",
+                "t1",
+                "swe-pytest",
+                "0123456789ab",
+                "no",
+                "42@box",
+                "running",
+                "60s",
+                "in",
+                "240s",
+                "yes"
+            ]
+        );
+        assert!(lines[2].ends_with("in 240s  no"), "{}", lines[2]);
+        assert_eq!(lines[3], "2 container(s)");
     }
 }

@@ -120,7 +120,7 @@ config_section! {
         terminal_backend: String = "local".into(),
         /// Default per-command timeout of the terminal tool, in seconds.
         terminal_timeout: i64 = 120,
-        /// Longest life of a docker sandbox in seconds; the start-up reaper removes containers older than this plus 300 s.
+        /// Longest life of a docker sandbox in seconds, counted from when its rollout gets it: the daemon then stops and removes the container, even if this process was killed.
         terminal_lifetime: i64 = 3600,
         /// Docker image of every sandbox (an environment's sandbox_spec hook may choose another per item).
         docker_image: String = "hermes-env/python:latest".into(),
@@ -152,6 +152,8 @@ config_section! {
         sandbox_create_concurrency: i64 = 8,
         /// Sandbox container creations started per second (0 = unlimited).
         sandbox_create_rate: f64 = 20.0,
+        /// Seconds between reaper passes during a docker run (0 = only at its start and end); a pass removes containers of runs that are gone.
+        sandbox_reap_interval: f64 = 300.0,
         /// Dataset for environments that load one (hermes_env::data): a hub id ORG/NAME[@revision], a local file or a directory.
         dataset_name: Option<String> = None,
         /// Dataset split, chosen by the hub's file names (test.jsonl, data/test-00000-of-00001.parquet, test/...).

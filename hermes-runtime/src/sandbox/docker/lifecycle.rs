@@ -1,5 +1,5 @@
-//! Container lifecycle that cannot leak: ownership labels, a process-wide registry of live
-//! containers, guards that remove their container when dropped (on a thread of their own, so
+//! Container lifecycle that cannot leak: ownership labels (a random run id per provider), a
+//! process-wide registry of live containers and of the daemons in use, guards that remove their container when dropped (on a thread of their own, so
 //! neither cancellation nor a runtime shutting down can cut the removal short), an exit-time
 //! backstop over the registry, and [`remove_all_live`] for the signal handler.
 
@@ -17,15 +17,25 @@ use crate::sandbox::SandboxError;
 pub const LABEL_MANAGED: &str = "hermes-env";
 /// The rollout's task id (`pool` for a pre-started container not yet handed out).
 pub const LABEL_TASK: &str = "hermes-env.task-id";
-/// The owning process id.
+/// The owning run: a random id per provider, the key of its lease (see `lease.rs`).
+pub const LABEL_RUN: &str = "hermes-env.run-id";
+/// What the container is: [`ROLE_SANDBOX`] or [`ROLE_LEASE`].
+pub const LABEL_ROLE: &str = "hermes-env.role";
+/// Role of a task's (or the pool's) container.
+pub const ROLE_SANDBOX: &str = "sandbox";
+/// Role of a run's lease container.
+pub const ROLE_LEASE: &str = "lease";
+/// The owning process id (shown by `sandbox list`; the reaper of releases before run ids
+/// judged by it, so it stays correct for them).
 pub const LABEL_OWNER_PID: &str = "hermes-env.owner-pid";
-/// The owning process's start time (clock ticks after boot), to tell a reused pid apart.
+/// The owning process's start time (clock ticks after boot), for those earlier reapers.
 pub const LABEL_OWNER_START: &str = "hermes-env.owner-start";
 /// The owning process's host name.
 pub const LABEL_OWNER_HOST: &str = "hermes-env.owner-host";
 /// Creation time (Unix seconds).
 pub const LABEL_CREATED: &str = "hermes-env.created";
-/// Hard deadline (Unix seconds): past it the reaper removes the container whoever owns it.
+/// When the daemon stops the container (Unix seconds): its idle process is a sleep that ends
+/// then, and the container removes itself.
 pub const LABEL_DEADLINE: &str = "hermes-env.deadline";
 /// The environment's name.
 pub const LABEL_ENV: &str = "hermes-env.env";
@@ -95,9 +105,12 @@ impl Endpoint {
     }
 }
 
-/// Who owns a container: process id, its start time and the host.
+/// Who owns a container: the run id (what the reaper judges by) and, for display and for
+/// reapers of earlier releases, the process id, its start time and the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
+    /// Random id of the owning provider (one per run).
+    pub run_id: String,
     /// Process id.
     pub pid: u32,
     /// Start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
@@ -107,36 +120,31 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// This process.
-    pub fn current() -> Owner {
+    /// A new run of this process, with a fresh random run id.
+    pub fn new_run() -> Owner {
         let pid = std::process::id();
         Owner {
+            run_id: uuid::Uuid::new_v4().simple().to_string(),
             pid,
             start: process_start(pid).unwrap_or(0),
             host: hostname(),
         }
     }
 
-    /// The owner recorded in a container's labels.
+    /// The owner recorded in a container's labels (`None` without a run id).
     pub fn from_labels(labels: &HashMap<String, String>) -> Option<Owner> {
         Some(Owner {
+            run_id: labels.get(LABEL_RUN)?.clone(),
             pid: labels.get(LABEL_OWNER_PID)?.parse().ok()?,
             start: labels.get(LABEL_OWNER_START)?.parse().ok()?,
             host: labels.get(LABEL_OWNER_HOST)?.clone(),
         })
     }
 
-    /// Whether the owner still runs: `None` when it lives on another host (unknowable here).
-    pub fn is_alive(&self) -> Option<bool> {
-        if self.host != hostname() {
-            return None;
-        }
-        Some(process_start(self.pid) == Some(self.start))
-    }
-
     /// The labels recording this owner.
-    pub fn labels(&self) -> [(&'static str, String); 3] {
+    pub fn labels(&self) -> [(&'static str, String); 4] {
         [
+            (LABEL_RUN, self.run_id.clone()),
             (LABEL_OWNER_PID, self.pid.to_string()),
             (LABEL_OWNER_START, self.start.to_string()),
             (LABEL_OWNER_HOST, self.host.clone()),
@@ -165,20 +173,31 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Live containers of this process (name → endpoint) and removals in flight.
+/// Live containers of this process (name → endpoint), removals in flight, and every daemon a
+/// provider of this process connected to (host → endpoint, for the end-of-run reaper).
 struct Registry {
     live: Mutex<BTreeMap<String, Endpoint>>,
     pending: Mutex<usize>,
     drained: Condvar,
+    daemons: Mutex<BTreeMap<String, Endpoint>>,
 }
 
 static REGISTRY: Registry = Registry {
     live: Mutex::new(BTreeMap::new()),
     pending: Mutex::new(0),
     drained: Condvar::new(),
+    daemons: Mutex::new(BTreeMap::new()),
 };
 
 static AT_EXIT: Once = Once::new();
+
+/// Set once the process removes everything it owns (the end of the run or a signal).
+static SHUTTING_DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the process is removing everything it owns (a lease that ends now is not lost).
+pub fn shutting_down() -> bool {
+    SHUTTING_DOWN.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -194,6 +213,16 @@ pub fn register(name: &str, endpoint: &Endpoint) {
         }
     });
     lock(&REGISTRY.live).insert(name.to_owned(), endpoint.clone());
+}
+
+/// Records a daemon a provider connected to, so the end of the run reaps there too.
+pub fn register_daemon(endpoint: &Endpoint) {
+    lock(&REGISTRY.daemons).insert(endpoint.host.clone(), endpoint.clone());
+}
+
+/// Every daemon a provider of this process connected to.
+pub fn daemons() -> Vec<Endpoint> {
+    lock(&REGISTRY.daemons).values().cloned().collect()
 }
 
 /// Forgets a container that is gone.
@@ -302,6 +331,7 @@ fn wait_for_pending(limit: Duration) {
 /// Removes every container this process still owns (signal handler and exit path): waits for
 /// removals already in flight, then removes the rest. Returns how many remain afterwards.
 pub async fn remove_all_live() -> usize {
+    SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
     let (done, finished) = tokio::sync::oneshot::channel();
     // A plain thread (not the runtime's blocking pool) may start its own runtime.
     let spawned = std::thread::Builder::new()
@@ -396,25 +426,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_is_alive_and_a_changed_start_time_is_not() {
-        let me = Owner::current();
-        assert!(me.start > 0);
-        assert_eq!(me.is_alive(), Some(true));
-        let reused = Owner {
-            start: me.start + 1,
-            ..me.clone()
-        };
-        assert_eq!(reused.is_alive(), Some(false));
-        let elsewhere = Owner {
-            host: format!("{}-other", me.host),
-            ..me
-        };
-        assert_eq!(elsewhere.is_alive(), None);
+    fn every_run_gets_its_own_id_and_this_process_start_time() {
+        let (a, b) = (Owner::new_run(), Owner::new_run());
+        assert_ne!(a.run_id, b.run_id);
+        assert_eq!(a.run_id.len(), 32);
+        assert_eq!((a.pid, a.start), (b.pid, b.start));
+        assert!(a.start > 0);
     }
 
     #[test]
     fn owner_round_trips_through_labels() {
-        let me = Owner::current();
+        let me = Owner::new_run();
         let labels: HashMap<String, String> = me
             .labels()
             .into_iter()

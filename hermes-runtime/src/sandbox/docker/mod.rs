@@ -1,12 +1,16 @@
 //! The Docker backend (bollard, API version negotiated with the daemon): one hardened,
-//! labelled container per task id with an idle entrypoint and one exec per command; creation
-//! bounded by a semaphore and a rate; an optional pool of pre-started containers; files moved
-//! through the archive (tar) endpoints.
+//! labelled container per task id whose idle process is a sleep of the sandbox's lifetime (the
+//! daemon stops and removes it then, whatever happens to this process) and one exec per
+//! command; creation bounded by a semaphore and a rate; an optional pool of pre-started
+//! containers; a lease per run that tells reapers the run is alive and a watchdog process that
+//! cleans up after a killed run; files moved through the archive (tar) endpoints.
 
+mod lease;
 mod lifecycle;
 mod pool;
 pub mod reaper;
 mod sandbox;
+pub mod watchdog;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,22 +20,21 @@ use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptions;
 use bollard::Docker;
-use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+use tokio::sync::{Mutex as AsyncMutex, OnceCell, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 use crate::config::HermesEnvConfig;
-use lifecycle::{register, unregister, ContainerGuard};
+use lease::{Lease, LeaseSpec};
+use lifecycle::{register, register_daemon, unregister, ContainerGuard};
 pub use lifecycle::{
     remove_all_live, unix_now, Endpoint, Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV,
-    LABEL_MANAGED, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_TASK,
+    LABEL_MANAGED, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_ROLE, LABEL_RUN,
+    LABEL_TASK, ROLE_LEASE, ROLE_SANDBOX,
 };
 use pool::Pool;
 pub use sandbox::DockerSandbox;
-
-/// Time added to a container's lifetime for scoring before its deadline label expires.
-const SCORING_BUFFER: Duration = Duration::from_secs(300);
 
 /// How Docker sandboxes are created (from the `--env.docker_*` / `--env.container_*` /
 /// `--env.sandbox_*` flags).
@@ -67,8 +70,11 @@ pub struct DockerSettings {
     pub create_concurrency: usize,
     /// Container creations started per second (0 = unlimited).
     pub create_rate: f64,
-    /// Longest life of a sandbox; its deadline label is this plus a scoring buffer.
+    /// Longest life of a sandbox from the moment its task gets it: the daemon stops and
+    /// removes the container then (a pooled container may wait this long again beforehand).
     pub lifetime: Duration,
+    /// How often the reaper runs during the run (`None` = only at its start and end).
+    pub reap_interval: Option<Duration>,
     /// Environment name recorded in the labels.
     pub env_name: String,
 }
@@ -93,6 +99,8 @@ impl DockerSettings {
             create_concurrency: c.sandbox_create_concurrency.max(1) as usize,
             create_rate: c.sandbox_create_rate.max(0.0),
             lifetime: Duration::from_secs(c.terminal_lifetime.max(1) as u64),
+            reap_interval: (c.sandbox_reap_interval > 0.0)
+                .then(|| Duration::from_secs_f64(c.sandbox_reap_interval.min(1e9))),
             env_name: env_name.to_owned(),
         }
     }
@@ -123,6 +131,7 @@ impl DockerSettings {
             .collect();
         HostConfig {
             init: Some(true),
+            auto_remove: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
             cap_add: Some(self.cap_add.clone()).filter(|c| !c.is_empty()),
             security_opt: Some(vec!["no-new-privileges".into()]),
@@ -177,6 +186,7 @@ impl RateLimiter {
 pub(crate) struct Container {
     guard: ContainerGuard,
     image: String,
+    started: Instant,
 }
 
 /// State shared by the provider, its pool refills and its sandboxes.
@@ -186,15 +196,44 @@ pub(crate) struct Shared {
     endpoint: Endpoint,
     settings: DockerSettings,
     owner: Owner,
+    lease: OnceCell<Lease>,
     permits: Semaphore,
     rate: RateLimiter,
+    _reaper: Option<reaper::Periodic>,
 }
 
 impl Shared {
-    /// Creates and starts a container (bounded by the semaphore and the rate). The name is
-    /// registered before the create call and the guard made right after it, so a failure
-    /// anywhere later removes the container.
-    async fn start_container(&self, image: &str, task: &str) -> Result<Container, SandboxError> {
+    /// Starts the run's lease once, before its first container exists (so no other run's
+    /// reaper can see a container of this run without a live lease), from that container's
+    /// image.
+    async fn ensure_lease(&self, image: &str) -> Result<(), SandboxError> {
+        self.lease
+            .get_or_try_init(|| {
+                Lease::start(
+                    &self.docker,
+                    LeaseSpec {
+                        endpoint: self.endpoint.clone(),
+                        owner: self.owner.clone(),
+                        image: image.to_owned(),
+                        env_name: self.settings.env_name.clone(),
+                    },
+                )
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates and starts a container whose idle process sleeps for `life` (bounded by the
+    /// semaphore and the rate). The name is registered before the create call and the guard
+    /// made right after it, so a failure anywhere later removes the container; the start
+    /// follows the create at once.
+    async fn start_container(
+        &self,
+        image: &str,
+        task: &str,
+        life: Duration,
+    ) -> Result<Container, SandboxError> {
+        self.ensure_lease(image).await?;
         let _permit = self
             .permits
             .acquire()
@@ -215,16 +254,14 @@ impl Shared {
             (LABEL_MANAGED.into(), "1".into()),
             (LABEL_TASK.into(), task.to_owned()),
             (LABEL_CREATED.into(), now.to_string()),
-            (
-                LABEL_DEADLINE.into(),
-                (now + (self.settings.lifetime + SCORING_BUFFER).as_secs()).to_string(),
-            ),
+            (LABEL_DEADLINE.into(), (now + life.as_secs()).to_string()),
             (LABEL_ENV.into(), self.settings.env_name.clone()),
+            (LABEL_ROLE.into(), ROLE_SANDBOX.into()),
         ]);
         labels.extend(self.owner.labels().map(|(k, v)| (k.to_owned(), v)));
         let body = ContainerCreateBody {
             image: Some(image.to_owned()),
-            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(vec!["sleep".into(), life.as_secs().max(1).to_string()]),
             entrypoint: Some(Vec::new()),
             labels: Some(labels),
             env: Some(self.settings.env.clone()).filter(|e| !e.is_empty()),
@@ -252,11 +289,12 @@ impl Shared {
         Ok(Container {
             guard,
             image: image.to_owned(),
+            started: Instant::now(),
         })
     }
 }
 
-fn create_error(image: &str, host: &str, e: bollard::errors::Error) -> SandboxError {
+pub(crate) fn create_error(image: &str, host: &str, e: bollard::errors::Error) -> SandboxError {
     match e {
         bollard::errors::Error::DockerResponseServerError {
             status_code: 404,
@@ -287,10 +325,17 @@ impl DockerProvider {
     /// starts filling the pool for the default image in the background.
     pub async fn connect(settings: DockerSettings) -> Result<Self, SandboxError> {
         let (docker, endpoint) = Endpoint::connect(settings.host.as_deref()).await?;
+        register_daemon(&endpoint);
+        let owner = Owner::new_run();
+        watchdog::spawn(&owner.run_id, &endpoint);
         let shared = Arc::new(Shared {
+            _reaper: settings
+                .reap_interval
+                .map(|every| reaper::Periodic::start(docker.clone(), every)),
             docker,
             endpoint,
-            owner: Owner::current(),
+            owner,
+            lease: OnceCell::new(),
             permits: Semaphore::new(settings.create_concurrency.max(1)),
             rate: RateLimiter::new(settings.create_rate),
             settings,
@@ -311,6 +356,11 @@ impl DockerProvider {
     /// The settings in force.
     pub fn settings(&self) -> &DockerSettings {
         &self.shared.settings
+    }
+
+    /// The random id of this provider's run (its containers' and its lease's run-id label).
+    pub fn run_id(&self) -> &str {
+        &self.shared.owner.run_id
     }
 
     /// Waits until the pool holds its full size for `image` (or `timeout` passes); returns
@@ -343,7 +393,11 @@ impl SandboxProvider for DockerProvider {
             });
             let container = match pooled {
                 Some(c) => c,
-                None => self.shared.start_container(&image, task_id).await?,
+                None => {
+                    self.shared
+                        .start_container(&image, task_id, self.shared.settings.lifetime)
+                        .await?
+                }
             };
             let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
                 task_id,

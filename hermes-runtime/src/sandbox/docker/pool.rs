@@ -1,13 +1,15 @@
 //! Pre-started containers per image (`--env.sandbox_pool_size`): a rollout takes one without
 //! waiting for a create and start; every take triggers a refill. A container leaves the pool
-//! exactly once, so a used container is never handed to another task.
+//! exactly once, so a used container is never handed to another task. A pooled container's
+//! sleep is two lifetimes long and the pool hands it out only during the first, so its task
+//! always gets a full lifetime; older ones are dropped (removed) at the next take.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{Container, Shared};
 
@@ -46,9 +48,21 @@ impl Pool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A ready container of `image`, if one is waiting.
+    /// A ready container of `image` that still has a full lifetime ahead, if one is waiting.
     pub fn take(&self, image: &str) -> Option<Container> {
-        self.state().ready.get_mut(image)?.pop_front()
+        let budget = self.shared.settings.lifetime;
+        let mut state = self.state();
+        let ready = state.ready.get_mut(image)?;
+        while let Some(c) = ready.pop_front() {
+            if c.started.elapsed() < budget {
+                return Some(c);
+            }
+            info!(
+                "sandbox pool: replacing {}, idle for a whole --env.terminal_lifetime",
+                c.guard.name()
+            );
+        }
+        None
     }
 
     /// Starts containers in the background until `image` has `size` ready or starting.
@@ -65,7 +79,8 @@ impl Pool {
             let pool = Arc::clone(self);
             let image = image.to_owned();
             tokio::spawn(async move {
-                let started = pool.shared.start_container(&image, POOL_TASK).await;
+                let life = pool.shared.settings.lifetime * 2;
+                let started = pool.shared.start_container(&image, POOL_TASK, life).await;
                 {
                     let mut state = pool.state();
                     if let Some(n) = state.starting.get_mut(&image) {

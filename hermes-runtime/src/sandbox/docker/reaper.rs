@@ -1,16 +1,30 @@
-//! Reconciling by label: lists this project's containers and removes orphans — those whose
-//! owning process is gone (running or exited) or whose deadline label has passed. Runs at the
-//! start of every Docker-backed run and behind `sandbox list|reap`.
+//! Reconciling by label: lists this project's containers and removes orphans — containers of
+//! runs that have no live lease (see `lease.rs`). Whatever its age or deadline, a container
+//! whose run's lease is alive is never removed. Runs at the start and the end of every
+//! Docker-backed run, every `--env.sandbox_reap_interval` seconds in between, and behind
+//! `sandbox list|reap`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptions;
 use bollard::Docker;
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::lifecycle::{remove_container, unix_now};
-use super::{Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV, LABEL_MANAGED, LABEL_TASK};
+use super::lifecycle::{daemons, remove_container, unix_now};
+use super::{
+    Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, LABEL_TASK,
+    ROLE_LEASE,
+};
 use crate::sandbox::SandboxError;
+
+/// A lease container may sit in `created` this long (its run is between the create and the
+/// start calls) before it counts as dead.
+const LEASE_START_GRACE: u64 = 60;
+/// Orphans found by a first listing are removed only if a second listing this much later
+/// still finds them orphaned (a run whose lease connection dropped starts a new one at once).
+const RECHECK_AFTER: Duration = Duration::from_secs(2);
 
 /// One labelled container.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +33,9 @@ pub struct ManagedContainer {
     pub id: String,
     /// Container name (without the leading `/`).
     pub name: String,
+    /// `sandbox` (a task's or the pool's container), `lease`, or empty for containers of
+    /// releases before leases.
+    pub role: String,
     /// The task id label (`pool` for a pre-started container).
     pub task_id: String,
     /// The environment's name.
@@ -27,30 +44,41 @@ pub struct ManagedContainer {
     pub image: String,
     /// `running`, `exited`, `created`, ….
     pub state: String,
-    /// The owner recorded in the labels, if they are complete.
+    /// The owner recorded in the labels (`None` without a run id).
     pub owner: Option<Owner>,
-    /// Whether the owner still runs (`None` = on another host, unknowable).
-    pub owner_alive: Option<bool>,
+    /// Whether the owning run holds a live lease.
+    pub owner_alive: bool,
     /// Creation time (Unix seconds).
     pub created: u64,
-    /// Deadline (Unix seconds).
+    /// When the daemon stops it (Unix seconds).
     pub deadline: Option<u64>,
 }
 
 impl ManagedContainer {
-    /// True when nothing will clean this container up: its owner is gone (or unrecorded), or
-    /// its deadline has passed.
+    /// True when nothing will clean this container up: its run has no live lease (a lease
+    /// itself: it no longer runs), or — for a container without a run id, from a release before
+    /// leases — its deadline has passed.
     pub fn is_orphan(&self, now: u64) -> bool {
-        let owner_gone = match (&self.owner, self.owner_alive) {
-            (None, _) => true,
-            (Some(_), Some(alive)) => !alive,
-            (Some(_), None) => false,
-        };
-        owner_gone || self.deadline.is_some_and(|d| d < now)
+        if self.role == ROLE_LEASE {
+            return !lease_is_live(&self.state, self.created, now);
+        }
+        match &self.owner {
+            Some(_) => !self.owner_alive,
+            None => self.deadline.is_some_and(|d| d < now),
+        }
     }
 }
 
-/// Every container with this project's label, running or not.
+/// A lease stands for a live run while it runs (or is paused), or is still being started.
+fn lease_is_live(state: &str, created: u64, now: u64) -> bool {
+    match state {
+        "running" | "paused" => true,
+        "created" => now.saturating_sub(created) < LEASE_START_GRACE,
+        _ => false,
+    }
+}
+
+/// Every container with this project's label, running or not, each with its run's liveness.
 pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError> {
     let options = ListContainersOptions {
         all: true,
@@ -64,13 +92,11 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
         .list_containers(Some(options))
         .await
         .map_err(|e| SandboxError::Daemon(format!("listing containers: {e}")))?;
-    Ok(summaries
+    let mut containers: Vec<ManagedContainer> = summaries
         .into_iter()
         .map(|c| {
             let labels = c.labels.unwrap_or_default();
             let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-            let owner = Owner::from_labels(&labels);
-            let owner_alive = owner.as_ref().and_then(Owner::is_alive);
             ManagedContainer {
                 id: c.id.unwrap_or_default(),
                 name: c
@@ -79,30 +105,52 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
                     .unwrap_or_default()
                     .trim_start_matches('/')
                     .to_owned(),
+                role: label(LABEL_ROLE),
                 task_id: label(LABEL_TASK),
                 env: label(LABEL_ENV),
                 image: c.image.unwrap_or_default(),
                 state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                owner,
-                owner_alive,
+                owner: Owner::from_labels(&labels),
+                owner_alive: false,
                 created: label(LABEL_CREATED)
                     .parse()
                     .unwrap_or(c.created.unwrap_or(0).max(0) as u64),
                 deadline: label(LABEL_DEADLINE).parse().ok(),
             }
         })
-        .collect())
+        .collect();
+    let now = unix_now();
+    let live_runs: HashSet<String> = containers
+        .iter()
+        .filter(|c| c.role == ROLE_LEASE && lease_is_live(&c.state, c.created, now))
+        .filter_map(|c| c.owner.as_ref().map(|o| o.run_id.clone()))
+        .collect();
+    for c in &mut containers {
+        c.owner_alive = c
+            .owner
+            .as_ref()
+            .is_some_and(|o| live_runs.contains(&o.run_id));
+    }
+    Ok(containers)
 }
 
 /// Removes orphaned containers (or, with `all`, every labelled container); returns the ones
-/// removed.
+/// removed. An orphan is removed only when a second listing confirms it.
 pub async fn reap(docker: &Docker, all: bool) -> Result<Vec<ManagedContainer>, SandboxError> {
-    let now = unix_now();
-    let targets: Vec<ManagedContainer> = list(docker)
-        .await?
-        .into_iter()
-        .filter(|c| all || c.is_orphan(now))
-        .collect();
+    let targets: Vec<ManagedContainer> = if all {
+        list(docker).await?
+    } else {
+        let first = orphans(docker).await?;
+        if first.is_empty() {
+            return Ok(Vec::new());
+        }
+        tokio::time::sleep(RECHECK_AFTER).await;
+        let confirmed: HashSet<String> = orphans(docker).await?.into_iter().map(|c| c.id).collect();
+        first
+            .into_iter()
+            .filter(|c| confirmed.contains(&c.id))
+            .collect()
+    };
     let removals = targets.iter().map(|c| async move {
         match remove_container(docker, &c.id).await {
             Ok(()) => Some(c.clone()),
@@ -119,43 +167,109 @@ pub async fn reap(docker: &Docker, all: bool) -> Result<Vec<ManagedContainer>, S
         .collect();
     if !removed.is_empty() {
         info!(
-            "reaper: removed {} orphaned sandbox container(s) left by earlier runs",
+            "reaper: removed {} orphaned sandbox container(s) of runs that are gone",
             removed.len()
         );
     }
     Ok(removed)
 }
 
+async fn orphans(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError> {
+    let now = unix_now();
+    Ok(list(docker)
+        .await?
+        .into_iter()
+        .filter(|c| c.is_orphan(now))
+        .collect())
+}
+
+/// Reaps on every daemon a provider of this process used (the end of a run: this process's
+/// own containers and lease are already removed, so what is left of it is reaped as well).
+pub async fn reap_after_run() {
+    for endpoint in daemons() {
+        let result = match endpoint.client() {
+            Ok(docker) => reap(&docker, false).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            warn!("end-of-run reaper at {}: {e}", endpoint.host);
+        }
+    }
+}
+
+/// The reaper running every `interval` during a run; stops when dropped.
+#[derive(Debug)]
+pub(crate) struct Periodic(JoinHandle<()>);
+
+impl Periodic {
+    /// Starts reaping on `docker` every `interval` (the first pass after one interval: the
+    /// start-up reaper has just run).
+    pub fn start(docker: Docker, interval: Duration) -> Periodic {
+        Periodic(tokio::spawn(async move {
+            let mut ticks =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                if let Err(e) = reap(&docker, false).await {
+                    warn!(
+                        "periodic reaper: {e} (next pass in {}s; --env.sandbox_reap_interval)",
+                        interval.as_secs_f64()
+                    );
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Periodic {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::docker::ROLE_SANDBOX;
 
-    fn container(
-        owner: Option<Owner>,
-        alive: Option<bool>,
-        deadline: Option<u64>,
-    ) -> ManagedContainer {
+    fn container(role: &str, state: &str, owner: Option<Owner>, alive: bool) -> ManagedContainer {
         ManagedContainer {
             id: "id".into(),
             name: "n".into(),
+            role: role.into(),
             task_id: "t".into(),
             env: "e".into(),
             image: "i".into(),
-            state: "running".into(),
+            state: state.into(),
             owner,
             owner_alive: alive,
-            created: 0,
-            deadline,
+            created: 1000,
+            deadline: Some(2000),
         }
     }
 
     #[test]
-    fn orphans_are_dead_owners_missing_owners_and_expired_deadlines() {
-        let me = Some(Owner::current());
-        assert!(!container(me.clone(), Some(true), Some(200)).is_orphan(100));
-        assert!(container(me.clone(), Some(false), Some(200)).is_orphan(100));
-        assert!(container(None, None, Some(200)).is_orphan(100));
-        assert!(container(me.clone(), Some(true), Some(50)).is_orphan(100));
-        assert!(!container(me, None, None).is_orphan(100));
+    fn a_live_lease_protects_its_run_whatever_the_deadline() {
+        let me = Some(Owner::new_run());
+        assert!(!container(ROLE_SANDBOX, "running", me.clone(), true).is_orphan(5000));
+        assert!(!container(ROLE_SANDBOX, "created", me.clone(), true).is_orphan(5000));
+        assert!(container(ROLE_SANDBOX, "running", me.clone(), false).is_orphan(1500));
+        assert!(container(ROLE_SANDBOX, "created", me, false).is_orphan(1500));
+    }
+
+    #[test]
+    fn leases_live_while_running_or_just_created() {
+        let me = Some(Owner::new_run());
+        assert!(!container(ROLE_LEASE, "running", me.clone(), true).is_orphan(9000));
+        assert!(!container(ROLE_LEASE, "created", me.clone(), true).is_orphan(1030));
+        assert!(container(ROLE_LEASE, "created", me.clone(), true).is_orphan(1100));
+        assert!(container(ROLE_LEASE, "exited", me, true).is_orphan(1001));
+    }
+
+    #[test]
+    fn containers_without_a_run_id_go_only_past_their_deadline() {
+        assert!(!container("", "running", None, false).is_orphan(1500));
+        assert!(container("", "running", None, false).is_orphan(2500));
     }
 }
