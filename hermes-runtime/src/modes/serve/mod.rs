@@ -28,7 +28,7 @@ use super::drops::Drops;
 use super::evaluate::run_evaluate;
 use super::failures::{failures_path, FailureLog};
 use super::output::{free_path, JsonlWriter};
-use super::rollout::{collect_group, GroupRun, Runtime, SharedEnv, TokenSource};
+use super::rollout::{collect_group, GroupRun, Runtime, SharedEnv};
 use crate::atropos::api::{ApiInfo, EnvStatus, RegisterEnv, Registration, TrajectoryApi};
 use crate::config::EvalHandling;
 use crate::env::{Environment, FailureCounts, Metrics, ScoredRollout};
@@ -422,9 +422,9 @@ impl<E: Environment> Loop<E> {
                 return Ok(false);
             }
         };
-        if let TokenSource::Managed(p2) = &self.rt.tokens {
-            p2.client.set_weight(status.env_weight);
-        }
+        // The server's share of the inference fleet scales this env's request limits; the
+        // chat client, /generate and the judge share one pool, so one call covers all three.
+        self.rt.llm.pool().set_weight(status.env_weight);
         self.status = Some(status);
         self.poll_eval().await;
         if self.curr_step != status.current_step {
