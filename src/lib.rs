@@ -23,12 +23,17 @@
 //! The struct attribute generates the config type (`--env.prompt_suffix`), the CLI and
 //! `main`; the `hooks` attribute checks hook names and signatures and implements
 //! [`Environment`].
+//!
+//! The author API is the [`prelude`], the types re-exported at the crate root, and the
+//! [`testing`], [`tools`] and [`data`] modules; everything else is the runtime's.
 
 #![warn(missing_docs)]
 
 pub use hermes_macros::{hermes_env, hooks};
 pub use hermes_runtime::agent::{AgentResult, ToolError};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
+/// Datasets by hub id or path, deserialized into the item type (`hermes_env::data::Dataset`).
+pub use hermes_runtime::data;
 pub use hermes_runtime::env::{
     EnvDefinition, Environment, EvalSample, Metrics, ReferenceSolution, ReferenceTurn,
     RewardOutcome, ScoredRollout,
@@ -36,9 +41,20 @@ pub use hermes_runtime::env::{
 pub use hermes_runtime::llm::Message;
 pub use hermes_runtime::sandbox::SandboxSpec;
 pub use hermes_runtime::schemars;
+/// The testing kit (`Kit`, `Script`, cassettes, snapshots) and the scripted server.
+pub use hermes_runtime::testing;
+/// Tools: the `Tool` trait, `typed_tool`, toolsets, the registry an env's `register_tools` fills.
+pub use hermes_runtime::tools;
+
+// The runtime's internals, public for the project's own tests and benches (and for the
+// generated code); not part of the author API, so hidden from the documentation. Layout:
+// config (flags, YAML), app (plan, services, main), modes (process/evaluate/serve and the
+// rollout), agent (the loop), llm (pool, clients, tokenizer), parsers, sandbox (local,
+// docker), context (ToolContext), atropos (wire format, trajectory API), wandb, hub, shutdown.
+#[doc(hidden)]
 pub use hermes_runtime::{
-    agent, app, atropos, commands, config, context, data, env, hub, llm, modes, parsers, progress,
-    sandbox, shutdown, testing, tools, wandb,
+    agent, app, atropos, commands, config, context, env, hub, llm, modes, parsers, progress,
+    sandbox, shutdown, wandb,
 };
 
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.

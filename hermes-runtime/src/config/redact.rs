@@ -240,6 +240,16 @@ pub fn scrub_value(value: &mut Value) {
     }
 }
 
+/// The full env config of a run with secret-looking values redacted, for a W&B run's config.
+pub fn redacted_env_map(cfg: &super::ResolvedConfig) -> serde_json::Map<String, serde_json::Value> {
+    let mut config = serde_json::Value::Object(cfg.env_map.clone());
+    redact(&mut config);
+    match config {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

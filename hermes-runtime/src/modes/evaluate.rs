@@ -69,6 +69,24 @@ pub fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result
     Ok(path)
 }
 
+/// The `evaluate` mode of a run: the eval items, then the summary on stdout.
+pub async fn main<E: Environment>(
+    env: &E,
+    rt: &Runtime,
+    cfg: &ResolvedConfig,
+    name: &str,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    let model = cfg
+        .servers
+        .first()
+        .map(|s| s.model_name.clone())
+        .unwrap_or_default();
+    let summary = run_evaluate(env, rt, name, &model, shutdown).await?;
+    print!("{}", super::report::evaluate_summary(&summary));
+    Ok(())
+}
+
 /// Runs the eval items (each re-run while it fails for a reason not the model's) and writes
 /// the results; failed items are reported, never scored. A stop request evaluates no new
 /// items and gives the running ones the grace period.

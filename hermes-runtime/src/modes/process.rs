@@ -72,6 +72,62 @@ struct Tally {
     last_failure: Option<String>,
 }
 
+/// The `process` mode of a run: its W&B run (named `{env name}-{date}-{6 letters}`, no
+/// project or group, the env config with secrets redacted), the rollouts, the summary.
+pub async fn main<E: Environment>(
+    env: &mut E,
+    rt: &Runtime,
+    cfg: &crate::config::ResolvedConfig,
+    name: &str,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    let workers = cfg.env.effective_workers(cfg.servers.len());
+    let wandb = if cfg.env.use_wandb {
+        start_wandb(cfg, name)
+    } else {
+        None
+    };
+    let result = run_process(env, rt, workers, wandb.as_ref(), shutdown).await;
+    let report = match wandb {
+        Some(logger) => Some(logger.finish(i32::from(result.is_err())).await),
+        None => None,
+    };
+    let summary = result?;
+    let bin = std::env::args()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| name.to_owned());
+    let wandb_line = report.map(|r| r.describe(&bin));
+    print!(
+        "{}",
+        super::report::process_summary(&summary, wandb_line.as_deref())
+    );
+    Ok(())
+}
+
+/// The W&B run of a `process` run, or `None` when it cannot start (logging problems never
+/// stop rollouts; one warning says so).
+fn start_wandb(cfg: &crate::config::ResolvedConfig, env_name: &str) -> Option<Logger> {
+    use crate::wandb::{run_name, RunSpec, WandbSettings};
+    let spec = RunSpec {
+        display_name: Some(run_name(env_name)),
+        project: None,
+        group: None,
+        config: crate::config::redact::redacted_env_map(cfg),
+    };
+    match WandbSettings::from_env().and_then(|settings| Logger::start(&settings, spec)) {
+        Ok(logger) => logger,
+        Err(e) => {
+            warn!("wandb: {e}; continuing without wandb logging");
+            None
+        }
+    }
+}
+
 /// Runs up to `total_steps` groups, `workers` at a time, writing each finished group in order
 /// and logging it to `wandb` (when given) with the metrics of [`TrainMetrics`].
 pub async fn run_process<E: Environment>(

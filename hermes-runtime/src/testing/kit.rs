@@ -31,12 +31,11 @@ use tokio::sync::Semaphore;
 use super::reference::{ReferenceBook, ReferencePolicy};
 use super::server::{Policy, Reply, ScriptedServer};
 use crate::agent::AgentResult;
-use crate::app::{build_env, parse_invocation, Resolved};
+use crate::app::{build_env, parse_invocation, sandbox_provider, Resolved};
 use crate::config::ServerType;
 use crate::env::{Environment, RewardOutcome};
 use crate::llm::{LlmClient, RetryPolicy, Split};
 use crate::modes::{run_rollout_with, Runtime, TokenSource};
-use crate::sandbox::{LocalProvider, SandboxProvider};
 
 /// A boxed policy (the scripted server needs a sized one).
 struct BoxedPolicy(Box<dyn Policy>);
@@ -129,21 +128,9 @@ impl<E: Environment> KitBuilder<E> {
             cap: Duration::from_millis(20),
         };
         let llm = LlmClient::new(&servers, 1, retry)?;
-        let (sandboxes, local_root): (Arc<dyn SandboxProvider>, Option<PathBuf>) =
-            match cfg.env.terminal_backend.as_str() {
-                "local" => {
-                    let provider = LocalProvider::new()
-                        .context("cannot create the local sandbox root")?
-                        .with_env(cfg.env.container_env.clone().unwrap_or_default());
-                    let root = provider.root().to_path_buf();
-                    (Arc::new(provider), Some(root))
-                }
-                "docker" => (
-                    Arc::new(crate::app::docker_backend(&cfg.env, name).await?),
-                    None,
-                ),
-                other => bail!("terminal_backend '{other}' is not supported; use local or docker"),
-            };
+        let backend = crate::app::RunPlan::new(&cfg)?.backend;
+        let sandbox = sandbox_provider(&cfg.env, backend, name).await?;
+        let (sandboxes, local_root) = (sandbox.provider, sandbox.local_root);
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
         let rt = Runtime {
             config: shared,

@@ -168,6 +168,28 @@ struct Session {
     length_limit: i64,
 }
 
+/// The `serve` mode of a run: the loop against the trajectory API, then the summary.
+pub async fn main<E: Environment>(
+    env: E,
+    rt: Runtime,
+    cfg: &crate::config::ResolvedConfig,
+    name: &str,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    let model = cfg
+        .servers
+        .first()
+        .map(|s| s.model_name.clone())
+        .unwrap_or_default();
+    let mut opts = ServeOptions::new(name, &model);
+    if cfg.env.use_wandb {
+        opts.wandb_config = Some(crate::config::redact::redacted_env_map(cfg));
+    }
+    let summary = run_serve(env, Arc::new(rt), opts, shutdown).await?;
+    print!("{}", super::report::serve_summary(&summary));
+    Ok(())
+}
+
 /// Runs `serve` until the trainer reaches `total_steps` (or the server's `num_steps`), or a
 /// stop request ends it gracefully.
 pub async fn run_serve<E: Environment>(

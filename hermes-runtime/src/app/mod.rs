@@ -1,0 +1,178 @@
+//! The generated binary's `main`: parse the command line, resolve the config, plan the run
+//! ([`RunPlan`], pure), start its [`Services`] and dispatch to a mode's entry
+//! (`modes::{process,evaluate,serve}::main`). Errors are one line on stderr with exit code 2. The first
+//! SIGINT/SIGTERM stops a run gracefully (exit 0, see [`crate::shutdown`]); a second cancels
+//! it (exit 130). Every sandbox is torn down either way.
+
+mod plan;
+mod services;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use tracing::warn;
+
+use crate::config::cli::{parse, Invocation};
+use crate::config::{resolve, Mode, ResolvedConfig};
+use crate::env::{EnvDefinition, Environment};
+use crate::shutdown::{Interrupted, Shutdown};
+pub use plan::{Backend, Phase, RunPlan};
+pub(crate) use services::{build_env, sandbox_provider};
+pub use services::{resolve_tools, Services};
+
+/// Entry point called by the `main` that `#[hermes_env]` generates.
+pub fn main<E: Environment>() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    crate::own_secrets::protect(&args);
+    init_tracing();
+    crate::sandbox::docker::watchdog::enable();
+    let bin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| E::descriptor().name.to_owned());
+    let invocation = match parse_invocation::<E>(&bin, args) {
+        Ok(Some(invocation)) => invocation,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let shutdown = Shutdown::on_signals();
+        let outcome = match invocation {
+            // Runs stop gracefully on the first signal; only a second one cancels them.
+            Resolved::Run(cfg) => tokio::select! {
+                result = execute::<E>(*cfg, &shutdown) => Some(result),
+                () = shutdown.forced() => None,
+            },
+            Resolved::Utility(name, matches) => tokio::select! {
+                result = crate::commands::run::<E>(&name, &matches) => Some(result),
+                () = shutdown.requested() => None,
+            },
+        };
+        // The cancelled rollouts' guards are removing their containers; wait for them and
+        // remove whatever is left (a second Ctrl-C does not cut this short).
+        cleanup_sandboxes().await;
+        outcome
+    });
+    match outcome {
+        Some(Ok(())) => ExitCode::SUCCESS,
+        Some(Err(e)) if e.is::<Interrupted>() => {
+            eprintln!("interrupted before the run started; sandboxes removed");
+            ExitCode::from(130)
+        }
+        Some(Err(e)) => {
+            let message = one_line(&format!("{e:#}"));
+            eprintln!("error: {}", crate::config::redact::redact_text(&message));
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("interrupted: rollouts cancelled and sandboxes removed");
+            ExitCode::from(130)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(crate::progress::LogWriter)
+        .try_init();
+}
+
+/// Removes every sandbox container this process still owns, then reaps what runs that are gone
+/// left on the same daemons, telling an impatient user that a repeated Ctrl-C is ignored until
+/// it is done.
+async fn cleanup_sandboxes() {
+    let cleanup = async {
+        let left = crate::sandbox::docker::remove_all_live().await;
+        crate::sandbox::docker::reaper::reap_after_run().await;
+        crate::sandbox::docker::watchdog::release_all();
+        left
+    };
+    tokio::pin!(cleanup);
+    loop {
+        tokio::select! {
+            left = &mut cleanup => {
+                if left > 0 {
+                    eprintln!("warning: {left} sandbox container(s) could not be removed; `sandbox reap` removes them");
+                }
+                return;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("still removing sandbox containers; please wait");
+            }
+        }
+    }
+}
+
+/// What to do after parsing: run a mode with a resolved config, or a utility subcommand.
+pub enum Resolved {
+    /// Run an Atropos mode.
+    Run(Box<ResolvedConfig>),
+    /// Run a utility subcommand with its arguments.
+    Utility(String, Box<clap::ArgMatches>),
+}
+
+/// Parses and resolves the command line; `Ok(None)` when help was printed.
+pub fn parse_invocation<E: EnvDefinition>(
+    bin: &str,
+    args: Vec<OsString>,
+) -> Result<Option<Resolved>, crate::config::ConfigError> {
+    let desc = E::descriptor();
+    match parse(bin, &desc, args)? {
+        Invocation::Print(text) => {
+            print!("{text}");
+            Ok(None)
+        }
+        Invocation::Run(mode, flags) => {
+            resolve(&desc, mode, *flags).map(|c| Some(Resolved::Run(Box::new(c))))
+        }
+        Invocation::Utility(name, matches) => Ok(Some(Resolved::Utility(name, matches))),
+    }
+}
+
+/// Plans the run, starts its services and runs its mode; `shutdown` stops it gracefully.
+pub async fn execute<E: Environment>(
+    cfg: ResolvedConfig,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    // Checked before any daemon, server or network is touched.
+    let plan = RunPlan::new(&cfg)?;
+    for w in &plan.warnings {
+        warn!("{w}");
+    }
+    let Services {
+        mut env,
+        rt,
+        cfg,
+        name,
+        ..
+    } = shutdown
+        .unless_requested(Services::<E>::start(cfg, &plan))
+        .await??;
+    match plan.mode {
+        Mode::Process => crate::modes::process::main(&mut env, &rt, &cfg, name, shutdown).await,
+        Mode::Evaluate => crate::modes::evaluate::main(&env, &rt, &cfg, name, shutdown).await,
+        Mode::Serve => crate::modes::serve::main(env, rt, &cfg, name, shutdown).await,
+    }
+}

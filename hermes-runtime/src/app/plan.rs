@@ -1,0 +1,175 @@
+//! The run's plan: what to start, decided from the resolved config alone — before any daemon,
+//! server or network is touched — so a wrong backend, parser or tokenizer setting is one clear
+//! line at once, and the choice is a value tests can check.
+
+use anyhow::bail;
+
+use crate::config::{Mode, ResolvedConfig, ServerType};
+use crate::parsers::{self, ToolCallParser};
+
+/// Where the rollouts' sandboxes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A scratch directory per rollout on this host.
+    Local,
+    /// A container per rollout on the Docker daemon.
+    Docker,
+}
+
+/// How the model is called, which decides where trainer tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Chat completions (Phase 1): tokens re-rendered with a tokenizer, or placeholders.
+    Chat,
+    /// vLLM/SGLang `/generate` with exact tokens and logprobs (Phase 2).
+    Managed,
+}
+
+/// What a run starts, before it starts anything.
+pub struct RunPlan {
+    /// The mode.
+    pub mode: Mode,
+    /// The sandbox backend.
+    pub backend: Backend,
+    /// Phase 1 or Phase 2.
+    pub phase: Phase,
+    /// The tokenizer to load (a local path or a hub id).
+    pub tokenizer: String,
+    /// The parser for tool calls in raw model text.
+    pub parser: &'static dyn ToolCallParser,
+    /// Lines to log at WARN before the run starts.
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for RunPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunPlan")
+            .field("mode", &self.mode)
+            .field("backend", &self.backend)
+            .field("phase", &self.phase)
+            .field("tokenizer", &self.tokenizer)
+            .field("warnings", &self.warnings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunPlan {
+    /// The plan for `cfg`; an error names the setting to change.
+    pub fn new(cfg: &ResolvedConfig) -> anyhow::Result<RunPlan> {
+        let backend = match cfg.env.terminal_backend.as_str() {
+            "local" => Backend::Local,
+            "docker" => Backend::Docker,
+            other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
+        };
+        let phase = match cfg.servers.first().map(|s| s.server_type) {
+            Some(ServerType::Vllm | ServerType::Sglang) => Phase::Managed,
+            _ => Phase::Chat,
+        };
+        let mut warnings = cfg.warnings.clone();
+        if cfg.mode == Mode::Serve && backend == Backend::Local {
+            warnings.push("the local sandbox backend runs the model's commands as this user on this host and network (not isolated); use --env.terminal_backend docker for training".into());
+        }
+        if cfg.servers.iter().any(|s| s.server_type == ServerType::Trl) {
+            warnings.push("trl servers are driven through chat completions (Phase 1); token tracking needs vllm or sglang".into());
+        }
+        Ok(RunPlan {
+            mode: cfg.mode,
+            backend,
+            phase,
+            tokenizer: tokenizer_name(cfg, phase)?,
+            parser: parsers::get(&cfg.env.tool_call_parser)?,
+            warnings,
+        })
+    }
+}
+
+/// The tokenizer of the run: in Phase 2 the servers' `--openai.tokenizer_name` when they set
+/// one (as upstream's vLLM/SGLang servers read it; every server must name the same one, since
+/// one run's tokens come from one tokenizer), else `--env.tokenizer_name`.
+fn tokenizer_name(cfg: &ResolvedConfig, phase: Phase) -> anyhow::Result<String> {
+    let mut named = cfg
+        .servers
+        .iter()
+        .map(|s| s.tokenizer_name.as_str())
+        .filter(|n| phase == Phase::Managed && !n.is_empty() && *n != "none");
+    let Some(first) = named.next() else {
+        return Ok(cfg.env.tokenizer_name.clone());
+    };
+    if let Some(other) = named.find(|n| n != &first) {
+        bail!("the servers name different tokenizers ('{first}' and '{other}'); Phase 2 needs one tokenizer for the whole run: set the same --openai.tokenizer_name on every server");
+    }
+    Ok(first.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::cli::{parse, Invocation};
+    use crate::config::{resolve, EnvDescriptor, HermesEnvConfig, NoConfig};
+
+    fn plan(args: &[&str]) -> anyhow::Result<RunPlan> {
+        let desc = EnvDescriptor::new::<NoConfig>("t", "", HermesEnvConfig::default());
+        let argv: Vec<&str> = ["t"].iter().chain(args).copied().collect();
+        let Invocation::Run(mode, flags) = parse("t", &desc, argv)? else {
+            panic!("a run");
+        };
+        RunPlan::new(&resolve(&desc, mode, *flags)?)
+    }
+
+    #[test]
+    fn the_plan_is_decided_from_the_config_alone() {
+        let p = plan(&["process"]).unwrap();
+        assert_eq!((p.backend, p.phase), (Backend::Local, Phase::Chat));
+        assert_eq!(p.tokenizer, HermesEnvConfig::default().tokenizer_name);
+        let p = plan(&[
+            "serve",
+            "--openai.server_type",
+            "vllm",
+            "--env.terminal_backend",
+            "docker",
+        ])
+        .unwrap();
+        assert_eq!((p.backend, p.phase), (Backend::Docker, Phase::Managed));
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        let p = plan(&["serve"]).unwrap();
+        assert!(
+            p.warnings.iter().any(|w| w.contains("not isolated")),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(&["process", "--openai.server_type", "trl"]).unwrap();
+        assert!(
+            p.warnings.iter().any(|w| w.contains("trl servers")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn a_phase_2_server_tokenizer_wins_and_must_agree() {
+        let p = plan(&[
+            "process",
+            "--openai.server_type",
+            "sglang",
+            "--openai.tokenizer_name",
+            "org/tok",
+        ])
+        .unwrap();
+        assert_eq!(p.tokenizer, "org/tok");
+        // Phase 1 ignores the server's tokenizer, as upstream does.
+        let p = plan(&["process", "--openai.tokenizer_name", "org/tok"]).unwrap();
+        assert_eq!(p.tokenizer, HermesEnvConfig::default().tokenizer_name);
+    }
+
+    #[test]
+    fn a_wrong_backend_or_parser_is_refused_before_anything_starts() {
+        let e = plan(&["process", "--env.terminal_backend", "modal"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("use --env.terminal_backend local or docker"),
+            "{e}"
+        );
+        let e = plan(&["process", "--env.tool_call_parser", "nonesuch"]).unwrap_err();
+        assert!(e.to_string().contains("nonesuch"), "{e}");
+    }
+}

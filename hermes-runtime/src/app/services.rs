@@ -1,0 +1,302 @@
+//! The run's services, built from its [`RunPlan`]: the sandbox backend, the tokenizer and
+//! trainer-token source, the inference pool and clients, the scripted server of `--testing`,
+//! and the environment itself after `setup`. Runs, the testing kit, tests and benches build
+//! their environment through the same steps.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::plan::{Backend, Phase, RunPlan};
+use crate::config::{HermesEnvConfig, Mode, ResolvedConfig, ServerType};
+use crate::env::Environment;
+use crate::llm::{
+    ChatTokenizer, Failover, GenerateClient, LlmClient, Phase2, RetryPolicy, ServerPool,
+};
+use crate::modes::{write_evaluate_config, Runtime, TokenSource};
+use crate::sandbox::{LocalProvider, SandboxProvider};
+use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
+use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
+
+/// Everything a mode runs with.
+pub struct Services<E> {
+    /// The environment, after `setup` and `register_tools`.
+    pub env: E,
+    /// The shared services of the rollouts.
+    pub rt: Runtime,
+    /// The resolved config (with `--testing`, its servers point at the scripted server).
+    pub cfg: ResolvedConfig,
+    /// The environment's name.
+    pub name: &'static str,
+    /// The embedded scripted server of `--testing`, kept alive for the run.
+    _scripted: Option<ScriptedServer>,
+}
+
+impl<E: Environment> Services<E> {
+    /// Starts what `plan` says, in order: sandbox backend, tokenizer, scripted server
+    /// (`--testing`), inference pool (health-checked), then the environment.
+    pub async fn start(mut cfg: ResolvedConfig, plan: &RunPlan) -> anyhow::Result<Self> {
+        for server in &cfg.servers {
+            crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
+        }
+        let name = E::descriptor().name;
+        let sandboxes = sandbox_provider(&cfg.env, plan.backend, name)
+            .await?
+            .provider;
+        let managed = plan.phase == Phase::Managed;
+        let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing).await?;
+        let (references, scripted) = match cfg.manager.testing {
+            true => {
+                let (book, server) = start_scripted(&mut cfg, plan, tokenizer.as_ref()).await?;
+                (Some(book), Some(server))
+            }
+            false => (None, None),
+        };
+        let pool = Arc::new(ServerPool::new(
+            &cfg.servers,
+            RetryPolicy::from_config(&cfg.env),
+            Failover::from_config(&cfg.env),
+        )?);
+        let tokens = token_source(plan, tokenizer, &pool, &cfg.env)?;
+        refuse_untrainable(&cfg, &tokens)?;
+        pool.check_health().await?;
+        let llm = LlmClient::with_pool(pool, cfg.manager.max_n_completions.max(1) as u32);
+        if cfg.mode == Mode::Evaluate {
+            if let Some(dir) = &cfg.env.data_dir_to_save_evals {
+                write_evaluate_config(dir.as_ref(), &cfg)?;
+            }
+        }
+        let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
+        let rt = Runtime {
+            config: shared,
+            llm,
+            sandboxes,
+            tools: Arc::new(tools),
+            distribution,
+            tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
+            references,
+            tokens,
+        };
+        Ok(Services {
+            env,
+            rt,
+            cfg,
+            name,
+            _scripted: scripted,
+        })
+    }
+}
+
+/// A sandbox backend, and the root of its scratch directories when it is the local one.
+pub(crate) struct SandboxBackend {
+    pub(crate) provider: Arc<dyn SandboxProvider>,
+    pub(crate) local_root: Option<PathBuf>,
+}
+
+/// Starts the sandbox backend: a local scratch root, or the Docker daemon (connected, and
+/// cleared of what dead runs left behind).
+pub(crate) async fn sandbox_provider(
+    env: &HermesEnvConfig,
+    backend: Backend,
+    name: &str,
+) -> anyhow::Result<SandboxBackend> {
+    Ok(match backend {
+        Backend::Local => {
+            let provider = LocalProvider::new()
+                .context("cannot create the local sandbox root")?
+                .with_env(env.container_env.clone().unwrap_or_default());
+            let root = provider.root().to_path_buf();
+            SandboxBackend {
+                provider: Arc::new(provider),
+                local_root: Some(root),
+            }
+        }
+        Backend::Docker => SandboxBackend {
+            provider: Arc::new(docker_backend(env, name).await?),
+            local_root: None,
+        },
+    })
+}
+
+/// Connects the Docker backend and removes orphans that earlier runs left behind.
+pub(crate) async fn docker_backend(
+    env: &HermesEnvConfig,
+    name: &str,
+) -> anyhow::Result<crate::sandbox::DockerProvider> {
+    let settings = crate::sandbox::DockerSettings::from_config(env, name);
+    let provider = crate::sandbox::DockerProvider::connect(settings).await?;
+    crate::sandbox::docker::reaper::reap(provider.docker(), false)
+        .await
+        .context("start-up reaper")?;
+    Ok(provider)
+}
+
+/// The run's tokenizer: `name` as a local path or a hub id (through the Hugging Face cache,
+/// downloading into it when online; see [`crate::hub`]). When it cannot be had: a Phase 2
+/// `--testing` run uses the built-in tiny tokenizer, Phase 2 stops with the error (which names
+/// the download command), Phase 1 continues with placeholder tokens after one warning naming it.
+async fn load_tokenizer(
+    name: &str,
+    phase2: bool,
+    testing: bool,
+) -> anyhow::Result<Option<Arc<ChatTokenizer>>> {
+    use crate::llm::tokenizer::TokenizerError;
+    let hub = crate::hub::HubSettings::from_env();
+    match ChatTokenizer::resolve(name, &hub).await {
+        Ok(tok) => Ok(Some(Arc::new(tok))),
+        Err(e @ (TokenizerError::Hub(_) | TokenizerError::NotFound(_))) => {
+            if phase2 && testing {
+                info!("--testing: {e}; using the built-in tiny tokenizer");
+                Ok(Some(Arc::new(ChatTokenizer::builtin())))
+            } else if phase2 {
+                Err(e.into())
+            } else {
+                warn!("{e}; Phase 1 continues without a tokenizer");
+                Ok(None)
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts the embedded scripted server of `--testing` (playing the environment's reference
+/// solutions) and points every server at it.
+async fn start_scripted(
+    cfg: &mut ResolvedConfig,
+    plan: &RunPlan,
+    tokenizer: Option<&Arc<ChatTokenizer>>,
+) -> anyhow::Result<(ReferenceBook, ScriptedServer)> {
+    let book = ReferenceBook::default();
+    let policy = ReferencePolicy::new(book.clone());
+    let managed = plan.phase == Phase::Managed;
+    let server = match tokenizer {
+        Some(tok) if managed => {
+            ScriptedServer::start_with_tokenizer(policy, false, Arc::clone(tok)).await
+        }
+        _ if cfg.env.testing_raw_tool_calls => {
+            ScriptedServer::start_with(RawTextPolicy::new(policy, plan.parser), false).await
+        }
+        _ => ScriptedServer::start_with(policy, false).await,
+    }
+    .context("cannot start the scripted inference server")?;
+    info!(
+        "--testing: using the embedded scripted server at {}",
+        server.base_url()
+    );
+    for s in &mut cfg.servers {
+        s.base_url = Some(server.base_url());
+        if !managed {
+            s.server_type = ServerType::Openai;
+        }
+    }
+    Ok((book, server))
+}
+
+/// Where the trainer tokens come from: Phase 2's exact tokens, Phase 1 re-rendered with the
+/// tokenizer, or placeholders when there is none.
+fn token_source(
+    plan: &RunPlan,
+    tokenizer: Option<Arc<ChatTokenizer>>,
+    pool: &Arc<ServerPool>,
+    env: &HermesEnvConfig,
+) -> anyhow::Result<TokenSource> {
+    Ok(match tokenizer {
+        Some(tok) if plan.phase == Phase::Managed => {
+            info!(
+                "Phase 2: /generate with token tracking, tokenizer {tok:?}, tool-call parser {}",
+                env.tool_call_parser
+            );
+            TokenSource::Managed(Arc::new(Phase2 {
+                client: GenerateClient::with_pool(Arc::clone(pool))?,
+                tokenizer: tok,
+                parser: plan.parser,
+                preserve_think_blocks: env.thinking_mode,
+            }))
+        }
+        Some(tok) => {
+            info!("Phase 1 (chat completions): rollouts re-tokenized for the trainer with {tok:?}");
+            TokenSource::Retokenized(tok)
+        }
+        None => TokenSource::Placeholder,
+    })
+}
+
+/// `serve` refuses placeholder tokens (not trainable) unless asked; other modes say what
+/// they are good for.
+fn refuse_untrainable(cfg: &ResolvedConfig, tokens: &TokenSource) -> anyhow::Result<()> {
+    if !tokens.is_placeholder() {
+        return Ok(());
+    }
+    if cfg.mode == Mode::Serve && !cfg.env.allow_placeholder_tokens {
+        bail!(
+            "serve needs trainable tokens: use --openai.server_type vllm|sglang (Phase 2), or give a \
+             tokenizer that can be loaded (--env.tokenizer_name DIR or a cached hub id) to re-tokenize Phase 1 chats; \
+             --env.allow_placeholder_tokens true sends Phase 1 placeholder tokens anyway"
+        );
+    }
+    if cfg.mode != Mode::Evaluate {
+        warn!("Phase 1 (chat completions) without a tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
+    }
+    Ok(())
+}
+
+/// Constructs the environment from the merged config, runs its `setup` hook and resolves the
+/// tools it offers (built-ins plus its `register_tools`).
+pub(crate) async fn build_env<E: Environment>(
+    cfg: &ResolvedConfig,
+) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
+    let shared = Arc::new(cfg.env.clone());
+    let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
+    env.setup().await.context("setup hook failed")?;
+    let mut registry = ToolRegistry::builtin();
+    env.register_tools(&mut registry);
+    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+    Ok((env, shared, tools, distribution))
+}
+
+/// The run's tools: `registry` (plus the configured web backend), the tools of
+/// `enabled_toolsets` minus `disabled_toolsets`, and — with `distribution` — the per-group
+/// sampler that replaces them for training groups and rollouts.
+pub fn resolve_tools(
+    env: &HermesEnvConfig,
+    mut registry: ToolRegistry,
+) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
+    match env.web_backend.as_deref() {
+        None => {}
+        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
+        Some(other) => bail!(
+            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
+        ),
+    }
+    let (tools, warnings) = registry.resolve(
+        env.enabled_toolsets.as_deref(),
+        env.disabled_toolsets.as_deref(),
+    )?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    let distribution = match &env.distribution {
+        Some(name) => {
+            let sampler = DistributionSampler::new(name, env.distribution_seed.map(|s| s as u64))?;
+            info!("toolsets are drawn per group from distribution '{name}'");
+            Some(GroupTools::new(
+                sampler,
+                registry,
+                env.disabled_toolsets.clone(),
+            ))
+        }
+        None => {
+            if env.enabled_toolsets.is_none() {
+                warn!(
+                    "no enabled_toolsets configured: offering every available tool ({})",
+                    tools.names().join(", ")
+                );
+            }
+            None
+        }
+    };
+    Ok((tools, distribution))
+}
