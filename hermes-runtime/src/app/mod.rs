@@ -166,7 +166,8 @@ pub async fn execute<E: Environment>(
         rt,
         cfg,
         name,
-        ..
+        // Kept until the mode ends: with --testing it is the inference server.
+        scripted: _serving,
     } = shutdown
         .unless_requested(Services::<E>::start(cfg, &plan))
         .await??;

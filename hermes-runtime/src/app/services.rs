@@ -31,8 +31,8 @@ pub struct Services<E> {
     pub cfg: ResolvedConfig,
     /// The environment's name.
     pub name: &'static str,
-    /// The embedded scripted server of `--testing`, kept alive for the run.
-    _scripted: Option<ScriptedServer>,
+    /// The embedded scripted server of `--testing`; it serves as long as this lives.
+    pub scripted: Option<ScriptedServer>,
 }
 
 impl<E: Environment> Services<E> {
@@ -85,7 +85,7 @@ impl<E: Environment> Services<E> {
             rt,
             cfg,
             name,
-            _scripted: scripted,
+            scripted,
         })
     }
 }
