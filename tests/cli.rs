@@ -19,7 +19,7 @@ fn descriptor() -> EnvDescriptor {
 fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     let desc = descriptor();
     let argv = std::iter::once("my-env").chain(args.iter().copied());
-    match parse("my-env", &desc, argv)? {
+    match parse("my-env", &desc, &hermes_env::commands::definitions(), argv)? {
         Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
         Invocation::Print(text) => panic!("unexpected help output: {text}"),
         Invocation::Utility(name, _) => panic!("unexpected utility subcommand {name}"),
@@ -296,8 +296,12 @@ fn bad_yaml_names_the_file_and_line() {
 #[test]
 fn help_lists_every_flag_with_its_default() {
     let desc = descriptor();
-    let Ok(Invocation::Print(help)) = parse("my-env", &desc, ["my-env", "process", "--help"])
-    else {
+    let Ok(Invocation::Print(help)) = parse(
+        "my-env",
+        &desc,
+        &hermes_env::commands::definitions(),
+        ["my-env", "process", "--help"],
+    ) else {
         panic!("--help must print help");
     };
     for field in desc.env_fields() {

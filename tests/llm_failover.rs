@@ -924,7 +924,7 @@ fn resolve_flags(
     use hermes_env::config::{EnvDescriptor, HermesEnvConfig, NoConfig};
     let desc = EnvDescriptor::new::<NoConfig>("my-env", "A test.", HermesEnvConfig::default());
     let argv = std::iter::once("my-env").chain(args.iter().copied());
-    match parse("my-env", &desc, argv)? {
+    match parse("my-env", &desc, &[], argv)? {
         Invocation::Run(mode, flags) => hermes_env::config::resolve(&desc, mode, *flags),
         _ => panic!("expected a run"),
     }

@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod app;
 pub mod atropos;
+pub mod calls;
 pub mod commands;
 pub mod config;
 pub mod context;
@@ -21,7 +22,9 @@ pub mod modes;
 pub mod own_secrets;
 pub mod parsers;
 pub mod progress;
+pub mod pyjson;
 pub mod sandbox;
+pub mod setup;
 pub mod shutdown;
 pub mod testing;
 pub mod tools;

@@ -17,8 +17,7 @@ use crate::config::{resolve, Mode, ResolvedConfig};
 use crate::env::{EnvDefinition, Environment};
 use crate::shutdown::{Interrupted, Shutdown};
 pub use plan::{Backend, Phase, RunPlan};
-pub(crate) use services::{build_env, sandbox_provider};
-pub use services::{resolve_tools, Services};
+pub use services::Services;
 
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
@@ -139,7 +138,7 @@ pub fn parse_invocation<E: EnvDefinition>(
     args: Vec<OsString>,
 ) -> Result<Option<Resolved>, crate::config::ConfigError> {
     let desc = E::descriptor();
-    match parse(bin, &desc, args)? {
+    match parse(bin, &desc, &crate::commands::definitions(), args)? {
         Invocation::Print(text) => {
             print!("{text}");
             Ok(None)

@@ -6,15 +6,7 @@ use anyhow::bail;
 
 use crate::config::{Mode, ResolvedConfig, ServerType};
 use crate::parsers::{self, ToolCallParser};
-
-/// Where the rollouts' sandboxes run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// A scratch directory per rollout on this host.
-    Local,
-    /// A container per rollout on the Docker daemon.
-    Docker,
-}
+pub use crate::sandbox::Backend;
 
 /// How the model is called, which decides where trainer tokens come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,11 +48,7 @@ impl std::fmt::Debug for RunPlan {
 impl RunPlan {
     /// The plan for `cfg`; an error names the setting to change.
     pub fn new(cfg: &ResolvedConfig) -> anyhow::Result<RunPlan> {
-        let backend = match cfg.env.terminal_backend.as_str() {
-            "local" => Backend::Local,
-            "docker" => Backend::Docker,
-            other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
-        };
+        let backend = Backend::from_config(&cfg.env)?;
         let phase = match cfg.servers.first().map(|s| s.server_type) {
             Some(ServerType::Vllm | ServerType::Sglang) => Phase::Managed,
             _ => Phase::Chat,
@@ -110,7 +98,7 @@ mod tests {
     fn plan(args: &[&str]) -> anyhow::Result<RunPlan> {
         let desc = EnvDescriptor::new::<NoConfig>("t", "", HermesEnvConfig::default());
         let argv: Vec<&str> = ["t"].iter().chain(args).copied().collect();
-        let Invocation::Run(mode, flags) = parse("t", &desc, argv)? else {
+        let Invocation::Run(mode, flags) = parse("t", &desc, &[], argv)? else {
             panic!("a run");
         };
         RunPlan::new(&resolve(&desc, mode, *flags)?)

@@ -3,23 +3,22 @@
 //! and the environment itself after `setup`. Runs, the testing kit, tests and benches build
 //! their environment through the same steps.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
-use super::plan::{Backend, Phase, RunPlan};
+use super::plan::{Phase, RunPlan};
 use crate::config::{HermesEnvConfig, Mode, ResolvedConfig, ServerType};
 use crate::env::Environment;
 use crate::llm::{
     ChatTokenizer, Failover, GenerateClient, LlmClient, Phase2, RetryPolicy, ServerPool,
 };
 use crate::modes::{write_evaluate_config, Runtime, TokenSource};
-use crate::sandbox::{LocalProvider, SandboxProvider};
+use crate::sandbox::start_backend;
+use crate::setup::build_env;
 use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
-use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
 
 /// Everything a mode runs with.
 pub struct Services<E> {
@@ -43,9 +42,7 @@ impl<E: Environment> Services<E> {
             crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
         }
         let name = E::descriptor().name;
-        let sandboxes = sandbox_provider(&cfg.env, plan.backend, name)
-            .await?
-            .provider;
+        let sandboxes = start_backend(&cfg.env, plan.backend, name).await?.provider;
         let managed = plan.phase == Phase::Managed;
         let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing).await?;
         let (references, scripted) = match cfg.manager.testing {
@@ -77,7 +74,7 @@ impl<E: Environment> Services<E> {
             tools: Arc::new(tools),
             distribution,
             tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
-            references,
+            references: references.map(|b| Arc::new(b) as Arc<dyn crate::modes::ReferenceSink>),
             tokens,
         };
         Ok(Services {
@@ -88,50 +85,6 @@ impl<E: Environment> Services<E> {
             scripted,
         })
     }
-}
-
-/// A sandbox backend, and the root of its scratch directories when it is the local one.
-pub(crate) struct SandboxBackend {
-    pub(crate) provider: Arc<dyn SandboxProvider>,
-    pub(crate) local_root: Option<PathBuf>,
-}
-
-/// Starts the sandbox backend: a local scratch root, or the Docker daemon (connected, and
-/// cleared of what dead runs left behind).
-pub(crate) async fn sandbox_provider(
-    env: &HermesEnvConfig,
-    backend: Backend,
-    name: &str,
-) -> anyhow::Result<SandboxBackend> {
-    Ok(match backend {
-        Backend::Local => {
-            let provider = LocalProvider::new()
-                .context("cannot create the local sandbox root")?
-                .with_env(env.container_env.clone().unwrap_or_default());
-            let root = provider.root().to_path_buf();
-            SandboxBackend {
-                provider: Arc::new(provider),
-                local_root: Some(root),
-            }
-        }
-        Backend::Docker => SandboxBackend {
-            provider: Arc::new(docker_backend(env, name).await?),
-            local_root: None,
-        },
-    })
-}
-
-/// Connects the Docker backend and removes orphans that earlier runs left behind.
-pub(crate) async fn docker_backend(
-    env: &HermesEnvConfig,
-    name: &str,
-) -> anyhow::Result<crate::sandbox::DockerProvider> {
-    let settings = crate::sandbox::DockerSettings::from_config(env, name);
-    let provider = crate::sandbox::DockerProvider::connect(settings).await?;
-    crate::sandbox::docker::reaper::reap(provider.docker(), false)
-        .await
-        .context("start-up reaper")?;
-    Ok(provider)
 }
 
 /// The run's tokenizer: `name` as a local path or a hub id (through the Hugging Face cache,
@@ -241,62 +194,4 @@ fn refuse_untrainable(cfg: &ResolvedConfig, tokens: &TokenSource) -> anyhow::Res
         warn!("Phase 1 (chat completions) without a tokenizer: tokens are placeholders, usable for SFT data and evaluation, not RL training; groups carry group_overrides.placeholder_tokens = true");
     }
     Ok(())
-}
-
-/// Constructs the environment from the merged config, runs its `setup` hook and resolves the
-/// tools it offers (built-ins plus its `register_tools`).
-pub(crate) async fn build_env<E: Environment>(
-    cfg: &ResolvedConfig,
-) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
-    let shared = Arc::new(cfg.env.clone());
-    let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
-    env.setup().await.context("setup hook failed")?;
-    let mut registry = ToolRegistry::builtin();
-    env.register_tools(&mut registry);
-    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
-    Ok((env, shared, tools, distribution))
-}
-
-/// The run's tools: `registry` (plus the configured web backend), the tools of
-/// `enabled_toolsets` minus `disabled_toolsets`, and — with `distribution` — the per-group
-/// sampler that replaces them for training groups and rollouts.
-pub fn resolve_tools(
-    env: &HermesEnvConfig,
-    mut registry: ToolRegistry,
-) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
-    match env.web_backend.as_deref() {
-        None => {}
-        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
-        Some(other) => bail!(
-            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
-        ),
-    }
-    let (tools, warnings) = registry.resolve(
-        env.enabled_toolsets.as_deref(),
-        env.disabled_toolsets.as_deref(),
-    )?;
-    for w in warnings {
-        warn!("{w}");
-    }
-    let distribution = match &env.distribution {
-        Some(name) => {
-            let sampler = DistributionSampler::new(name, env.distribution_seed.map(|s| s as u64))?;
-            info!("toolsets are drawn per group from distribution '{name}'");
-            Some(GroupTools::new(
-                sampler,
-                registry,
-                env.disabled_toolsets.clone(),
-            ))
-        }
-        None => {
-            if env.enabled_toolsets.is_none() {
-                warn!(
-                    "no enabled_toolsets configured: offering every available tool ({})",
-                    tools.names().join(", ")
-                );
-            }
-            None
-        }
-    };
-    Ok((tools, distribution))
 }

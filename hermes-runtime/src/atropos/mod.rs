@@ -2,7 +2,8 @@
 
 pub mod api;
 pub mod group;
-pub mod json;
+/// Python-compatible JSON (the byte layout Atropos writes); lives in [`crate::pyjson`].
+pub use crate::pyjson as json;
 pub mod tokenize;
 
 pub use api::{ApiError, TrajectoryApi};

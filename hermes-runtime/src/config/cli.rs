@@ -120,8 +120,10 @@ fn mode_command(desc: &EnvDescriptor, mode: Mode, about: &'static str) -> Comman
     cmd
 }
 
-/// The full command for an environment binary named `bin`.
-pub fn command(bin: &str, desc: &EnvDescriptor) -> Command {
+/// The full command for an environment binary named `bin`: the three modes plus the
+/// `utilities` subcommands the binary offers (given by the caller, so config knows no
+/// commands).
+pub fn command(bin: &str, desc: &EnvDescriptor, utilities: &[Command]) -> Command {
     let mut cmd = Command::new(bin.to_owned())
         .about(format!("{}: {}", desc.name, desc.about.trim()))
         .subcommand_required(true)
@@ -130,8 +132,8 @@ pub fn command(bin: &str, desc: &EnvDescriptor) -> Command {
     for (mode, about) in MODES {
         cmd = cmd.subcommand(mode_command(desc, mode, about).args_override_self(true));
     }
-    for utility in crate::commands::definitions() {
-        cmd = cmd.subcommand(utility);
+    for utility in utilities {
+        cmd = cmd.subcommand(utility.clone());
     }
     cmd
 }
@@ -178,8 +180,13 @@ fn one_line_error(err: &clap::Error, bin: &str, mode: Option<&str>) -> String {
     format!("{} (see '{help}')", parts.join("; "))
 }
 
-/// Parses `args` (including the program name).
-pub fn parse<I, T>(bin: &str, desc: &EnvDescriptor, args: I) -> Result<Invocation, ConfigError>
+/// Parses `args` (including the program name) against the modes and `utilities`.
+pub fn parse<I, T>(
+    bin: &str,
+    desc: &EnvDescriptor,
+    utilities: &[Command],
+    args: I,
+) -> Result<Invocation, ConfigError>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -191,7 +198,7 @@ where
         .filter_map(|a| a.to_str())
         .find(|a| MODES.iter().any(|(m, _)| m.as_str() == *a))
         .map(str::to_owned);
-    let matches = match command(bin, desc).try_get_matches_from(args) {
+    let matches = match command(bin, desc, utilities).try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => {
             return match e.kind() {

@@ -1,6 +1,8 @@
 //! OpenAI chat-completion message shapes, exactly as Hermes transcripts store them.
 
 use serde::{Deserialize, Deserializer, Serialize};
+
+pub use crate::calls::{new_call_id, FunctionCall, ToolCall};
 use serde_json::{Map, Value};
 
 /// One chat message. `content` is always a string (`""` rather than `null` for assistant
@@ -70,60 +72,6 @@ fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
             .join(""),
         other => other.to_string(),
     })
-}
-
-/// A function call requested by the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// Call id echoed back in the `tool` message.
-    #[serde(default = "new_call_id")]
-    pub id: String,
-    /// Always `function`.
-    #[serde(rename = "type", default = "function_type")]
-    pub kind: String,
-    /// Name and raw JSON arguments.
-    pub function: FunctionCall,
-}
-
-impl ToolCall {
-    /// A call with a fresh `call_<8 hex>` id.
-    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
-        ToolCall {
-            id: new_call_id(),
-            kind: function_type(),
-            function: FunctionCall {
-                name: name.into(),
-                arguments: arguments.into(),
-            },
-        }
-    }
-}
-
-/// The function part of a tool call; `arguments` is the model's raw JSON text.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FunctionCall {
-    /// Tool name.
-    pub name: String,
-    /// Arguments as JSON text (kept raw so malformed JSON can be reported to the model).
-    #[serde(default, deserialize_with = "arguments_as_text")]
-    pub arguments: String,
-}
-
-fn arguments_as_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Ok(match Value::deserialize(d)? {
-        Value::Null => String::new(),
-        Value::String(s) => s,
-        other => other.to_string(),
-    })
-}
-
-/// A fresh OpenAI-style call id, `call_<8 hex>`.
-pub fn new_call_id() -> String {
-    format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
-}
-
-fn function_type() -> String {
-    "function".into()
 }
 
 /// An OpenAI function-tool definition offered to the model.

@@ -17,11 +17,10 @@ use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
-use crate::env::{Environment, FailureCounts, RewardOutcome, ScoredRollout};
+use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
 use crate::llm::managed::{NodeList, MASKED};
 use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
 use crate::sandbox::{SandboxProvider, TaskSandbox};
-use crate::testing::ReferenceBook;
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
 
@@ -39,10 +38,18 @@ pub struct Runtime {
     pub distribution: Option<GroupTools>,
     /// Bounds concurrent tool executions (`tool_pool_size`).
     pub tool_permits: Semaphore,
-    /// Reference solutions to register for `--testing true`.
-    pub references: Option<ReferenceBook>,
+    /// Where each rollout's reference solution goes, keyed by its prompt (`--testing true`:
+    /// the scripted server plays them back).
+    pub references: Option<Arc<dyn ReferenceSink>>,
     /// Where the trainer tokens of a rollout come from.
     pub tokens: TokenSource,
+}
+
+/// Receives the reference solution of each rollout's prompt, so a scripted server can play
+/// it back; the rollout code knows nothing of what does that.
+pub trait ReferenceSink: Send + Sync {
+    /// The solution for the rollout whose user prompt is `prompt`.
+    fn offer(&self, prompt: &str, solution: ReferenceSolution);
 }
 
 /// Where the trainer tokens of a rollout come from.
@@ -202,8 +209,8 @@ async fn run_attempt<A: EnvAccess>(
                 env.sandbox_spec(item),
             )
         };
-        if let (Some(book), Some(solution)) = (&rt.references, solution) {
-            book.insert(&prompt, solution);
+        if let (Some(sink), Some(solution)) = (&rt.references, solution) {
+            sink.offer(&prompt, solution);
         }
         let mut messages = Vec::new();
         if let Some(system) = rt.config.system_prompt.as_deref().filter(|s| !s.is_empty()) {

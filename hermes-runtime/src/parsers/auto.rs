@@ -13,7 +13,7 @@ use super::common::{fences, leading_json, object_call, unchanged, Builder};
 use super::hermes::{parse_tagged, render_tagged};
 use super::qwen3_coder::QWEN3_CODER;
 use super::{Parsed, ToolCallParser};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 const FUNCTIONS_PREFIX: &str = "functions.";
 
@@ -69,10 +69,7 @@ fn prefixed_call(text: &str, offered: &[&str]) -> Found {
     let head = FUNCTIONS_PREFIX.len() + colon + 1;
     match leading_json(after) {
         Some((args @ Value::Object(_), used)) => Found::Calls(
-            vec![ToolCall::new(
-                name,
-                crate::atropos::json::to_python_string(&args),
-            )],
+            vec![ToolCall::new(name, crate::pyjson::to_python_string(&args))],
             head + used,
         ),
         _ if after.trim().is_empty() => Found::Calls(vec![ToolCall::new(name, "{}")], text.len()),

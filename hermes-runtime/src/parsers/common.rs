@@ -5,8 +5,8 @@
 use serde_json::{Map, Number, Value};
 
 use super::Parsed;
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 /// Deepest nesting the Python-literal reader follows (deeper input is read as a string).
 const MAX_LITERAL_DEPTH: usize = 64;

@@ -16,7 +16,7 @@
 use super::common::unchanged;
 use super::invoke::InvokeFormat;
 use super::{Parsed, ToolCallParser};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 /// The fullwidth DSML marker.
 const MARK: &str = "｜DSML｜";

@@ -7,7 +7,7 @@
 
 use super::common::{arguments_json, raw_arguments, unchanged, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 const START: &str = "<|start|>";
 const CHANNEL: &str = "<|channel|>";

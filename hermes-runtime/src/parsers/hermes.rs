@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 
 use super::common::{arguments_text, arguments_value, salvage_name, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";

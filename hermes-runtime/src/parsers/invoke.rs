@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::common::{arguments_object, heuristic_value, leading_json, plausible_name, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 /// The markup of one invoke-style family.
 #[derive(Debug, Clone, Copy)]

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use super::common::{call_object, leading_json, object_call, salvage_name, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 /// How a family lays out several calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::common::{
     Builder,
 };
 use super::{Parsed, ToolCallParser};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 const TOKEN: &str = "[TOOL_CALLS]";
 const ARGS: &str = "[ARGS]";

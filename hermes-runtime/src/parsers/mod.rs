@@ -19,7 +19,7 @@ mod qwen3_coder;
 mod sectioned;
 mod special;
 
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 pub use auto::AutoParser;
 pub use dsml::{DeepSeekV32Parser, DeepSeekV4Parser};

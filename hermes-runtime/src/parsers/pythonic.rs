@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 
 use super::common::{arguments_object, python_literal_prefix, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 const PYTHON_START: &str = "<|python_start|>";
 const PYTHON_END: &str = "<|python_end|>";

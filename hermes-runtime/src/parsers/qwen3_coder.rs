@@ -9,8 +9,8 @@ use super::common::{
     arguments_object, call_with_id, heuristic_value, plausible_name, render_value, Builder,
 };
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 const FUNCTION_OPEN: &str = "<function=";
 const FUNCTION_CLOSE: &str = "</function>";

@@ -4,7 +4,7 @@
 
 use super::common::{arguments_json, leading_json, plausible_name, raw_arguments, Builder};
 use super::{Parsed, ToolCallParser};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 /// The special tokens of one format.
 struct Tokens {

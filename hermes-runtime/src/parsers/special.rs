@@ -9,8 +9,8 @@ use super::common::{
     unchanged, value_calls, Builder,
 };
 use super::{Parsed, ToolCallParser};
-use crate::atropos::json::to_python_string;
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
+use crate::pyjson::to_python_string;
 
 /// Parser for Salesforce xLAM tool calls.
 #[derive(Debug, Clone, Copy, Default)]

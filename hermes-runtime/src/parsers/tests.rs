@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::{families, get, names, Parsed};
-use crate::llm::ToolCall;
+use crate::calls::ToolCall;
 
 /// What a call's arguments must be.
 #[derive(Debug)]

@@ -5,6 +5,7 @@
 //! commands through the same shell wrapper, so the working directory persists across commands.
 
 mod archive;
+mod backend;
 mod bounded;
 pub mod docker;
 mod links;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use backend::{start_backend, Backend, StartedBackend};
 pub use bounded::READ_LIMIT;
 pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};

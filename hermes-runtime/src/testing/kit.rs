@@ -31,11 +31,13 @@ use tokio::sync::Semaphore;
 use super::reference::{ReferenceBook, ReferencePolicy};
 use super::server::{Policy, Reply, ScriptedServer};
 use crate::agent::AgentResult;
-use crate::app::{build_env, parse_invocation, sandbox_provider, Resolved};
+use crate::config::cli::{parse, Invocation};
 use crate::config::ServerType;
 use crate::env::{Environment, RewardOutcome};
 use crate::llm::{LlmClient, RetryPolicy, Split};
 use crate::modes::{run_rollout_with, Runtime, TokenSource};
+use crate::sandbox::{start_backend, Backend};
+use crate::setup::build_env;
 
 /// A boxed policy (the scripted server needs a sized one).
 struct BoxedPolicy(Box<dyn Policy>);
@@ -95,8 +97,9 @@ impl<E: Environment> KitBuilder<E> {
         let name = E::descriptor().name;
         let mut argv: Vec<OsString> = vec![name.into(), "process".into()];
         argv.extend(self.args);
-        let cfg = match parse_invocation::<E>(name, argv)? {
-            Some(Resolved::Run(cfg)) => *cfg,
+        let desc = E::descriptor();
+        let cfg = match parse(name, &desc, &[], argv)? {
+            Invocation::Run(mode, flags) => crate::config::resolve(&desc, mode, *flags)?,
             _ => bail!("the kit's arguments must be flags of the process mode"),
         };
         let (server, base_url, references) = match self.upstream {
@@ -128,8 +131,8 @@ impl<E: Environment> KitBuilder<E> {
             cap: Duration::from_millis(20),
         };
         let llm = LlmClient::new(&servers, 1, retry)?;
-        let backend = crate::app::RunPlan::new(&cfg)?.backend;
-        let sandbox = sandbox_provider(&cfg.env, backend, name).await?;
+        let backend = Backend::from_config(&cfg.env)?;
+        let sandbox = start_backend(&cfg.env, backend, name).await?;
         let (sandboxes, local_root) = (sandbox.provider, sandbox.local_root);
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
         let rt = Runtime {
@@ -139,7 +142,7 @@ impl<E: Environment> KitBuilder<E> {
             tools: Arc::new(tools),
             distribution,
             tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
-            references,
+            references: references.map(|b| Arc::new(b) as Arc<dyn crate::modes::ReferenceSink>),
             tokens: TokenSource::Placeholder,
         };
         Ok(Kit {

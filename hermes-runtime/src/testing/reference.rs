@@ -17,6 +17,12 @@ pub struct ReferenceBook {
     solutions: Arc<Mutex<HashMap<String, ReferenceSolution>>>,
 }
 
+impl crate::modes::ReferenceSink for ReferenceBook {
+    fn offer(&self, prompt: &str, solution: ReferenceSolution) {
+        self.insert(prompt, solution);
+    }
+}
+
 impl ReferenceBook {
     /// Registers the solution for the rollout whose user prompt is `prompt`.
     pub fn insert(&self, prompt: &str, solution: ReferenceSolution) {

@@ -1,0 +1,76 @@
+//! Starting a run's sandbox backend from its config: the local scratch root, or the Docker
+//! daemon (connected, and cleared of what dead runs left).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::{LocalProvider, SandboxProvider};
+use crate::config::HermesEnvConfig;
+
+/// Where the rollouts' sandboxes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A scratch directory per rollout on this host.
+    Local,
+    /// A container per rollout on the Docker daemon.
+    Docker,
+}
+
+impl Backend {
+    /// The backend `--env.terminal_backend` names; an error says what to use instead.
+    pub fn from_config(env: &HermesEnvConfig) -> anyhow::Result<Backend> {
+        match env.terminal_backend.as_str() {
+            "local" => Ok(Backend::Local),
+            "docker" => Ok(Backend::Docker),
+            other => anyhow::bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
+        }
+    }
+}
+
+/// A started sandbox backend, and the root of its scratch directories when it is the local one.
+pub struct StartedBackend {
+    /// Creates the rollouts' sandboxes.
+    pub provider: Arc<dyn SandboxProvider>,
+    /// The local backend's root directory.
+    pub local_root: Option<PathBuf>,
+}
+
+/// Starts the sandbox backend: a local scratch root, or the Docker daemon (connected, and
+/// cleared of what dead runs left behind).
+pub async fn start_backend(
+    env: &HermesEnvConfig,
+    backend: Backend,
+    name: &str,
+) -> anyhow::Result<StartedBackend> {
+    Ok(match backend {
+        Backend::Local => {
+            let provider = LocalProvider::new()
+                .context("cannot create the local sandbox root")?
+                .with_env(env.container_env.clone().unwrap_or_default());
+            let root = provider.root().to_path_buf();
+            StartedBackend {
+                provider: Arc::new(provider),
+                local_root: Some(root),
+            }
+        }
+        Backend::Docker => StartedBackend {
+            provider: Arc::new(docker_backend(env, name).await?),
+            local_root: None,
+        },
+    })
+}
+
+/// Connects the Docker backend and removes orphans that earlier runs left behind.
+async fn docker_backend(
+    env: &HermesEnvConfig,
+    name: &str,
+) -> anyhow::Result<super::DockerProvider> {
+    let settings = super::DockerSettings::from_config(env, name);
+    let provider = super::DockerProvider::connect(settings).await?;
+    super::docker::reaper::reap(provider.docker(), false)
+        .await
+        .context("start-up reaper")?;
+    Ok(provider)
+}

@@ -1,0 +1,69 @@
+//! Constructing a run's environment: the struct from the merged config, its `setup` hook,
+//! and the tools it offers (built-ins plus `register_tools`, then toolsets or distribution).
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context as _};
+use tracing::{info, warn};
+
+use crate::config::{HermesEnvConfig, ResolvedConfig};
+use crate::env::Environment;
+use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
+
+/// Constructs the environment from the merged config, runs its `setup` hook and resolves the
+/// tools it offers (built-ins plus its `register_tools`).
+pub async fn build_env<E: Environment>(
+    cfg: &ResolvedConfig,
+) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
+    let shared = Arc::new(cfg.env.clone());
+    let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
+    env.setup().await.context("setup hook failed")?;
+    let mut registry = ToolRegistry::builtin();
+    env.register_tools(&mut registry);
+    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+    Ok((env, shared, tools, distribution))
+}
+
+/// The run's tools: `registry` (plus the configured web backend), the tools of
+/// `enabled_toolsets` minus `disabled_toolsets`, and — with `distribution` — the per-group
+/// sampler that replaces them for training groups and rollouts.
+pub fn resolve_tools(
+    env: &HermesEnvConfig,
+    mut registry: ToolRegistry,
+) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
+    match env.web_backend.as_deref() {
+        None => {}
+        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
+        Some(other) => bail!(
+            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
+        ),
+    }
+    let (tools, warnings) = registry.resolve(
+        env.enabled_toolsets.as_deref(),
+        env.disabled_toolsets.as_deref(),
+    )?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    let distribution = match &env.distribution {
+        Some(name) => {
+            let sampler = DistributionSampler::new(name, env.distribution_seed.map(|s| s as u64))?;
+            info!("toolsets are drawn per group from distribution '{name}'");
+            Some(GroupTools::new(
+                sampler,
+                registry,
+                env.disabled_toolsets.clone(),
+            ))
+        }
+        None => {
+            if env.enabled_toolsets.is_none() {
+                warn!(
+                    "no enabled_toolsets configured: offering every available tool ({})",
+                    tools.names().join(", ")
+                );
+            }
+            None
+        }
+    };
+    Ok((tools, distribution))
+}
