@@ -151,6 +151,7 @@ mod tests {
                 llm: 2,
                 sandbox: 1,
                 verifier: 0,
+                tampered: 1,
             },
             items_failed: FailureCounts {
                 llm: 1,

@@ -1,9 +1,12 @@
 //! Test support for authors and for hermes-env's own tests: a scripted OpenAI-compatible
 //! server (real HTTP on 127.0.0.1), the reference-solution player behind `--testing true`, and
 //! a request-recording W&B stand-in, and the authors' kit ([`Kit`]): one item through the
-//! whole pipeline with any policy, redacted snapshots, and the reference-solution oracle.
+//! whole pipeline with any policy, redacted snapshots, the reference-solution oracle (`check`)
+//! and the red team (`hack`: the exploit library played against every verifier).
 
 mod cassette;
+mod exploits;
+mod hack;
 mod kit;
 mod local_http;
 mod raw;
@@ -15,6 +18,8 @@ pub use cassette::{BranchKey, Cassette, CassettePlayer, CassetteRecorder, Intera
 pub use kit::{
     CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
 };
+pub use exploits::{library as exploit_library, load_exploits, prompt_paths, Exploit, PROMPT_PATHS};
+pub use hack::{outcome_kind, HackOptions, HackReport, HackRow};
 pub use raw::RawTextPolicy;
 pub use reference::{ReferenceBook, ReferencePolicy, NO_REFERENCE_REPLY};
 pub use server::{chatml_messages, Policy, Reply, Script, ScriptedServer};
