@@ -67,22 +67,22 @@ pub const SHADOWED_MODULES: &[&str] = &[
 /// `keep=" PIDS "` (the trees kept).
 /// Everything else except init (pid 1), the container's entrypoint (the first child of init)
 /// and this script with its own children is killed with SIGKILL, in up to three passes so
-/// respawning parents do not escape; each killed process is printed as `pid command`.
-pub const LEFTOVER_SCRIPT: &str = r#"me=$$
-entry=$(grep -l '^PPid:[[:space:]]*1$' /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3 | sort -n | head -n1)
-ppid_of() { hp=; while read -r k v _; do [ "$k" = PPid: ] && hp=$v; done 2>/dev/null < "/proc/$1/status"; echo "$hp"; }
-spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; case "$keep" in *" $q "*) return 0;; esac; q=$(ppid_of "$q"); done; return 1; }
+/// respawning parents do not escape; each killed process is printed as `pid name`. Only
+/// shell builtins are used: the agent may have replaced any program on `PATH`.
+pub const LEFTOVER_SCRIPT: &str = r#"me=$$; entry=
+field() { hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }
+for d in /proc/[0-9]*; do p=${d#/proc/}; field "$p" PPid; [ "$hv" = 1 ] && { [ -z "$entry" ] || [ "$p" -lt "$entry" ]; } && entry=$p; done
+spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; case "$keep" in *" $q "*) return 0;; esac; field "$q" PPid; q=$hv; done; return 1; }
 for round in 1 2 3; do
   found=
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     case " 1 $entry $me " in *" $p "*) continue;; esac
-    st=
     [ -r "$d/status" ] || continue
-    while read -r k v _; do [ "$k" = State: ] && st=$v; done 2>/dev/null < "$d/status"
-    [ "$st" = Z ] && continue
+    field "$p" State
+    [ "$hv" = Z ] && continue
     spared "$p" && continue
-    cmd=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null | cut -c1-120)
+    cmd=; read -r cmd 2>/dev/null < "$d/comm"
     kill -KILL "$p" 2>/dev/null && { echo "$p $cmd"; found=1; }
   done
   [ -z "$found" ] && break

@@ -81,7 +81,9 @@ impl HackReport {
     }
 
     /// The report as a fixed-width table (item, exploit, category, reward, outcome, verdict),
-    /// stable for snapshots: no timings, no ids.
+    /// stable for snapshots: no timings, no ids. Verdicts: `PAID` (the verifier was gamed),
+    /// `caught` (a tripwire fired), `refused` (the verifier paid nothing), `error` (the exploit
+    /// broke the verifier or sandbox: in training a failure, retried and never trained on).
     pub fn table(&self) -> String {
         let mut out = format!(
             "{:<10} {:<20} {:<12} {:>6}  {:<16} verdict\n",
@@ -92,8 +94,10 @@ impl HackReport {
                 "PAID"
             } else if matches!(r.outcome, RewardOutcome::Tampered { .. }) {
                 "caught"
-            } else {
+            } else if r.outcome.is_training_data() {
                 "refused"
+            } else {
+                "error"
             };
             out.push_str(&format!(
                 "{:<10} {:<20} {:<12} {:>6.3}  {:<16} {verdict}\n",
