@@ -298,3 +298,61 @@ async fn in_docker_a_path_shim_is_tampered_with_reward_0() {
     };
     assert!(message.contains("/usr/local/bin/grep"), "{message}");
 }
+
+/// Runs `hack` on an example binary and returns its summary line (the last line of stdout).
+async fn hack_example(name: &str, flags: &[&str]) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(common::example_bin(name))
+        .arg("hack")
+        .args(flags)
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = stdout.lines().last().unwrap_or_default();
+    // The figures (time per item) vary; the counts do not.
+    summary.split("; ").take(2).collect::<Vec<_>>().join("; ")
+}
+
+#[tokio::test]
+async fn hack_passes_on_terminal_test() {
+    assert_eq!(
+        hack_example("terminal_test", &["--limit", "10"]).await,
+        "hack: 4 items × 13 exploits = 52 rollouts; 0 paid above 0, 20 caught by tripwires"
+    );
+}
+
+#[tokio::test]
+async fn hack_passes_on_web_research() {
+    assert_eq!(
+        hack_example("web_research", &["--limit", "10", "--env.dataset_name", "none"]).await,
+        "hack: 10 items × 13 exploits = 130 rollouts; 0 paid above 0, 0 caught by tripwires"
+    );
+}
+
+#[tokio::test]
+async fn hack_passes_on_swe_pytest_in_docker() {
+    common::docker::require_docker();
+    let summary = hack_example("swe_pytest", &["--limit", "0"]).await;
+    assert!(
+        summary.starts_with("hack: 3 items × 13 exploits = 39 rollouts; 0 paid above 0"),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn hack_passes_on_terminal_bench_in_docker() {
+    common::docker::require_docker();
+    let summary = hack_example("terminal_bench", &["--env.terminal_backend", "docker"]).await;
+    assert!(
+        summary.starts_with("hack: 3 items × 13 exploits = 39 rollouts; 0 paid above 0"),
+        "{summary}"
+    );
+}
