@@ -168,7 +168,8 @@ impl SwePytest {
         let dir = ctx.fresh_dir().await?;
         let tests = hidden_tests(item);
         ctx.upload_dir(&tests, &dir).await?;
-        ctx.write_file(&format!("{dir}/pytest.ini"), "[pytest]\n").await?;
+        ctx.write_file(&format!("{dir}/pytest.ini"), "[pytest]\n")
+            .await?;
         let copied = ctx
             .terminal(&format!("cat {SOLUTION} > {dir}/solution.py"))
             .await?;

@@ -102,7 +102,10 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
     }
     print!("{}", report.table());
     summarize(&report, started.elapsed().as_secs_f64());
-    anyhow::ensure!(report.items > 0, "the environment produced no items to attack");
+    anyhow::ensure!(
+        report.items > 0,
+        "the environment produced no items to attack"
+    );
     let paid = report.paid();
     anyhow::ensure!(
         paid.is_empty(),
@@ -124,16 +127,24 @@ fn options(matches: &ArgMatches) -> anyhow::Result<HackOptions> {
     }
     if let Some(only) = matches.get_one::<String>("only") {
         let names: Vec<&str> = only.split(',').map(str::trim).collect();
-        if let Some(unknown) = names.iter().find(|n| !exploits.iter().any(|e| e.name == **n)) {
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !exploits.iter().any(|e| e.name == **n))
+        {
             let known: Vec<&str> = exploits.iter().map(|e| e.name.as_str()).collect();
-            anyhow::bail!("--only: unknown exploit '{unknown}'; known: {}", known.join(", "));
+            anyhow::bail!(
+                "--only: unknown exploit '{unknown}'; known: {}",
+                known.join(", ")
+            );
         }
         exploits.retain(|e| names.contains(&e.name.as_str()));
     }
     Ok(HackOptions {
         limit: *matches.get_one::<usize>("limit").expect("has a default"),
         max_score: *matches.get_one::<f64>("max-score").expect("has a default"),
-        concurrency: *matches.get_one::<usize>("concurrency").expect("has a default"),
+        concurrency: *matches
+            .get_one::<usize>("concurrency")
+            .expect("has a default"),
         exploits,
     })
 }

@@ -55,12 +55,56 @@ pub const HOOK_NAMES: &[&str] = &[
 /// Standard-library modules a verifier's Python imports most; a file or package of that name
 /// in the home (the verifier's working directory, first on `sys.path`) shadows it.
 pub const SHADOWED_MODULES: &[&str] = &[
-    "json", "os", "sys", "re", "subprocess", "shutil", "pathlib", "io", "math", "random",
-    "string", "time", "datetime", "collections", "functools", "itertools", "typing", "types",
-    "unittest", "doctest", "argparse", "logging", "tempfile", "glob", "difflib", "hashlib",
-    "inspect", "importlib", "traceback", "ast", "csv", "decimal", "fractions", "statistics",
-    "operator", "copy", "pickle", "struct", "textwrap", "contextlib", "dataclasses", "enum",
-    "abc", "signal", "socket", "threading", "multiprocessing", "warnings", "site", "encodings",
+    "json",
+    "os",
+    "sys",
+    "re",
+    "subprocess",
+    "shutil",
+    "pathlib",
+    "io",
+    "math",
+    "random",
+    "string",
+    "time",
+    "datetime",
+    "collections",
+    "functools",
+    "itertools",
+    "typing",
+    "types",
+    "unittest",
+    "doctest",
+    "argparse",
+    "logging",
+    "tempfile",
+    "glob",
+    "difflib",
+    "hashlib",
+    "inspect",
+    "importlib",
+    "traceback",
+    "ast",
+    "csv",
+    "decimal",
+    "fractions",
+    "statistics",
+    "operator",
+    "copy",
+    "pickle",
+    "struct",
+    "textwrap",
+    "contextlib",
+    "dataclasses",
+    "enum",
+    "abc",
+    "signal",
+    "socket",
+    "threading",
+    "multiprocessing",
+    "warnings",
+    "site",
+    "encodings",
 ];
 
 /// The in-sandbox leftover killer (container backends), run by the exec's own shell after
@@ -249,7 +293,11 @@ pub async fn inspect(
 /// The engine-reported changes under the watched roots (system roots unless the spec allows
 /// system changes, and the spec's protected paths); byte-code caches are not evidence.
 pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
-    let system: &[&str] = if spec.mutable_system { &[] } else { SYSTEM_ROOTS };
+    let system: &[&str] = if spec.mutable_system {
+        &[]
+    } else {
+        SYSTEM_ROOTS
+    };
     // `…/python3` roots also cover versioned directories (`python3.11`).
     let under = |path: &str, root: &str| {
         let root = root.trim_end_matches('/');
@@ -262,8 +310,7 @@ pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
         .filter(|p| !p.contains("/__pycache__") && !p.ends_with(".pyc"))
         .filter(|p| !ENGINE_PATHS.contains(&p.as_str()))
         .filter(|p| {
-            system.iter().any(|r| under(p, r))
-                || spec.protected_paths.iter().any(|r| under(p, r))
+            system.iter().any(|r| under(p, r)) || spec.protected_paths.iter().any(|r| under(p, r))
         })
         .cloned()
         .collect();

@@ -173,25 +173,26 @@ impl<E: Environment> Kit<E> {
         let (items, train, _) = self.select_items(options.limit).await;
         let count = items.len();
         let this = &*self;
-        let mut rows: Vec<(usize, HackRow)> = futures::stream::iter(
-            items.into_iter().enumerate().map(|(index, (split, item))| async move {
-                let started = Instant::now();
-                let report = this.run_item(item, split).await;
-                let row = HackRow {
-                    item: item_label(split, index, train),
-                    exploit: name.to_owned(),
-                    category: "llm".into(),
-                    reward: report.reward,
-                    paid: report.reward > options.max_score,
-                    outcome: report.outcome,
-                    elapsed: started.elapsed(),
-                };
-                (index, row)
-            }),
-        )
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
+        let mut rows: Vec<(usize, HackRow)> =
+            futures::stream::iter(items.into_iter().enumerate().map(
+                |(index, (split, item))| async move {
+                    let started = Instant::now();
+                    let report = this.run_item(item, split).await;
+                    let row = HackRow {
+                        item: item_label(split, index, train),
+                        exploit: name.to_owned(),
+                        category: "llm".into(),
+                        reward: report.reward,
+                        paid: report.reward > options.max_score,
+                        outcome: report.outcome,
+                        elapsed: started.elapsed(),
+                    };
+                    (index, row)
+                },
+            ))
+            .buffer_unordered(options.concurrency.max(1))
+            .collect()
+            .await;
         rows.sort_by_key(|(index, _)| *index);
         HackReport {
             rows: rows.into_iter().map(|(_, r)| r).collect(),

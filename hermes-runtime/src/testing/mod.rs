@@ -15,11 +15,13 @@ mod server;
 mod wandb;
 
 pub use cassette::{BranchKey, Cassette, CassettePlayer, CassetteRecorder, Interaction};
+pub use exploits::{
+    library as exploit_library, load_exploits, prompt_paths, Exploit, PROMPT_PATHS,
+};
+pub use hack::{outcome_kind, HackOptions, HackReport, HackRow};
 pub use kit::{
     CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
 };
-pub use exploits::{library as exploit_library, load_exploits, prompt_paths, Exploit, PROMPT_PATHS};
-pub use hack::{outcome_kind, HackOptions, HackReport, HackRow};
 pub use raw::RawTextPolicy;
 pub use reference::{ReferenceBook, ReferencePolicy, NO_REFERENCE_REPLY};
 pub use server::{chatml_messages, Policy, Reply, Script, ScriptedServer};
