@@ -19,10 +19,10 @@ use crate::tools::{ToolCallContext, ToolSet};
 pub const JUDGE_MAX_TOKENS: u32 = 150;
 
 /// Run before every reward command: the verifier starts in the sandbox home (not wherever the
-/// agent's shell was left), with a `PATH` stripped of every entry the agent could have filled
-/// (relative or empty entries, the home, temporary directories), without Python's user site
+/// agent's shell was left), with a `PATH` stripped of the entries the agent fills by default
+/// (relative or empty entries, anything under the home), without Python's user site
 /// (`~/.local`) and without writing byte-code the agent could later see.
-pub const CLEAN_PREAMBLE: &str = r#"hermes_path=; IFS=:; for hermes_e in $PATH; do case "$hermes_e" in ''|.|[!/]*|"$HOME"|"$HOME"/*|/tmp|/tmp/*|/var/tmp|/var/tmp/*|/dev/shm|/dev/shm/*) ;; *) hermes_path="${hermes_path:+$hermes_path:}$hermes_e";; esac; done; unset IFS hermes_e; export PATH="$hermes_path" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1; unset hermes_path; hash -r"#;
+pub const CLEAN_PREAMBLE: &str = r#"hermes_path=; IFS=:; for hermes_e in $PATH; do case "$hermes_e" in ''|.|[!/]*|"$HOME"|"$HOME"/*) ;; *) hermes_path="${hermes_path:+$hermes_path:}$hermes_e";; esac; done; unset IFS hermes_e; export PATH="$hermes_path" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1; unset hermes_path; hash -r"#;
 
 /// Default timeout of `ToolContext::terminal` (Hermes: 180 s).
 pub const REWARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);

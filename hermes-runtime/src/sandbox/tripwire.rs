@@ -330,14 +330,33 @@ async fn shadows(sandbox: &dyn Sandbox, armed: &Armed) -> Result<Vec<String>, Sa
         .flat_map(|m| [format!("-name {m}.py"), format!("-name {m}")])
         .collect();
     let command = format!(
-        "find \"$HOME\" -mindepth 1 -maxdepth 1 \\( {} \\) -newerct @{} -print 2>/dev/null | head -n 50; exit 0",
+        "find \"$HOME\" -mindepth 1 -maxdepth 1 \\( {} \\) -newerct @{} -print 2>/dev/null",
         tests.join(" -o "),
         armed.epoch_seconds()
+    );
+    found(sandbox, command).await
+}
+
+/// Runs a `find` command of the wires and returns the paths it printed. A sandbox without
+/// `find` cannot be scanned: one WARN line says so and the scan finds nothing (on Docker the
+/// engine's change list still covers the system directories, and deleting `find` is a change).
+async fn found(sandbox: &dyn Sandbox, find: String) -> Result<Vec<String>, SandboxError> {
+    let command = format!(
+        "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {find}; exit 0"
     );
     let out = sandbox
         .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
         .await?;
-    Ok(lines(&out.output))
+    if out.exit_code != 0 {
+        tracing::warn!(
+            "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
+            out.exit_code
+        );
+        return Ok(Vec::new());
+    }
+    let mut paths = lines(&out.output);
+    paths.truncate(200);
+    Ok(paths)
 }
 
 /// Files under `roots` whose inode changed since `armed` (ctime: not forgeable with `touch`),
@@ -368,14 +387,11 @@ async fn changed_since(
         String::new()
     };
     let command = format!(
-        "find {} -xdev \\( -name __pycache__ -prune \\) -o {names} -newerct @{} -print 2>/dev/null | head -n 200; exit 0",
+        "find {} -xdev \\( -name __pycache__ -prune \\) -o {names} -newerct @{} -print 2>/dev/null",
         roots.join(" "),
         armed.epoch_seconds()
     );
-    let out = sandbox
-        .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
-        .await?;
-    Ok(lines(&out.output))
+    found(sandbox, command).await
 }
 
 fn lines(output: &str) -> Vec<String> {
