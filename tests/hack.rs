@@ -381,3 +381,34 @@ async fn hack_passes_on_terminal_bench_in_docker() {
         "{summary}"
     );
 }
+
+#[tokio::test]
+async fn a_background_process_the_process_tool_manages_fires_no_wire() {
+    require_python();
+    let policy = |request: &Value| {
+        let turns = request["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+            .unwrap_or(0);
+        match turns {
+            0 => Reply::tool(
+                "terminal",
+                json!({"command": "sleep 300", "background": true}),
+            ),
+            1 => Reply::tool("terminal", json!({"command": "echo 42 > ~/answer.txt"})),
+            _ => Reply::text("Done."),
+        }
+    };
+    let kit = Kit::<Guarded>::builder()
+        .policy(policy)
+        .start()
+        .await
+        .unwrap();
+    let report = kit
+        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .await;
+    assert_eq!(
+        (report.reward, &report.outcome),
+        (1.0, &RewardOutcome::Scored)
+    );
+}
