@@ -1,7 +1,13 @@
 //! `swe-pytest`: the agent writes Python code in its sandbox; the reward uploads hidden pytest
 //! tests into that same sandbox only at verification time (as terminal-bench does, so the
 //! agent can neither see nor edit them) and runs pytest there. The reward is the fraction of
-//! hidden tests that pass (1.0 = all).
+//! hidden tests that pass (1.0 = all), read from pytest's JUnit report.
+//!
+//! Hardened against `hack`: the tests, a copy of `solution.py` and the report go to a fresh
+//! directory with a random name (nothing else of the workspace is importable, no config or
+//! `conftest.py` from above applies); the printed summary is never parsed (the solution's
+//! own code could print one); the report must list every hidden test; and the tests compare
+//! canonical JSON, so an object whose `__eq__` always says yes passes nothing.
 //!
 //! ```text
 //! sandbox-images/build    # once: the python image, built offline from Debian packages
@@ -14,15 +20,13 @@
 //! `--env.terminal_backend local` the host must have them too; where it does not, every
 //! rollout is a verifier failure ("reward command … could not run"), never a 0 for the model.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use hermes_env::prelude::*;
 
 /// Where the agent's code goes (relative to the sandbox home, so the local backend works too).
 const SOLUTION: &str = "~/workspace/solution.py";
-/// Where the hidden tests are uploaded at verification time (wiped first).
-const HIDDEN: &str = "~/.hermes_verify";
 
 /// One coding task: the instruction, the hidden test directory and a reference solution.
 #[derive(Debug, Clone, Serialize)]
@@ -74,30 +78,31 @@ fn hidden_tests(task: &CodingTask) -> PathBuf {
         .join(&task.name)
 }
 
-/// Parses pytest's summary line (`3 passed, 1 failed in 0.05s`) into (passed, total).
-fn pytest_counts(output: &str) -> Option<(u32, u32)> {
-    let summary = output
-        .lines()
-        .rev()
-        .find(|l| l.contains(" passed") || l.contains(" failed") || l.contains(" error"))?;
+/// (passed, total) from a pytest JUnit XML report: test cases without a failure, error or
+/// skip element, and all test cases.
+fn junit_counts(xml: &str) -> (u32, u32) {
     let (mut passed, mut total) = (0, 0);
-    let words: Vec<&str> = summary
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|w| !w.is_empty())
-        .collect();
-    for pair in words.windows(2) {
-        if let Ok(n) = pair[0].parse::<u32>() {
-            match pair[1] {
-                "passed" => {
-                    passed += n;
-                    total += n;
-                }
-                "failed" | "error" | "errors" => total += n,
-                _ => {}
-            }
+    for case in xml.split("<testcase").skip(1) {
+        let body = case.split("</testcase>").next().unwrap_or(case);
+        total += 1;
+        if !["<failure", "<error", "<skipped"]
+            .iter()
+            .any(|bad| body.contains(bad))
+        {
+            passed += 1;
         }
     }
-    (total > 0).then_some((passed, total))
+    (passed, total)
+}
+
+/// The number of test functions in a task's hidden tests (the report must list all of them).
+fn expected_tests(dir: &Path) -> Result<u32> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let text = std::fs::read_to_string(entry?.path()).unwrap_or_default();
+        n += text.lines().filter(|l| l.starts_with("def test_")).count() as u32;
+    }
+    Ok(n)
 }
 
 /// Python coding tasks verified by hidden pytest tests in the rollout's own sandbox.
@@ -157,21 +162,43 @@ impl SwePytest {
         _run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<f64> {
-        // Wipe anything the agent may have planted where the tests go, then upload them.
-        ctx.terminal(&format!("rm -rf {HIDDEN}")).await?;
-        ctx.upload_dir(hidden_tests(item), HIDDEN).await?;
+        // Tests, the solution and the report live in a directory made now under a random name,
+        // which the agent cannot have prepared; only solution.py is copied in (nothing else of
+        // the workspace reaches the import path), and pytest takes its config from there.
+        let dir = ctx.fresh_dir().await?;
+        let tests = hidden_tests(item);
+        ctx.upload_dir(&tests, &dir).await?;
+        ctx.write_file(&format!("{dir}/pytest.ini"), "[pytest]\n")
+            .await?;
+        let copied = ctx
+            .terminal(&format!("cat {SOLUTION} > {dir}/solution.py"))
+            .await?;
+        if !copied.success() {
+            return Ok(0.0);
+        }
         let out = ctx
             .terminal_with_timeout(
                 &format!(
-                    "cd ~/workspace 2>/dev/null || exit 3; PYTHONPATH=$PWD PYTHONHASHSEED=0 \
-                     python3 -m pytest -q -p no:cacheprovider {HIDDEN}"
+                    "cd {dir} && PYTHONHASHSEED=0 python3 -m pytest -q -p no:cacheprovider \
+                     -c {dir}/pytest.ini --rootdir {dir} --junitxml {dir}/report.xml {dir}"
                 ),
                 Duration::from_secs(self.verify_timeout.max(1) as u64),
             )
             .await?;
-        Ok(match pytest_counts(&out.output) {
-            Some((passed, total)) => f64::from(passed) / f64::from(total),
-            None => 0.0,
+        // pytest exits 0 (all passed) or 1 (some failed); anything else is no result, and
+        // its printed summary is never trusted (the solution's own code can print one).
+        if !matches!(out.exit_code, 0 | 1) {
+            return Ok(0.0);
+        }
+        let Ok(xml) = ctx.read_file(&format!("{dir}/report.xml")).await else {
+            return Ok(0.0);
+        };
+        let (passed, total) = junit_counts(&xml);
+        let expected = expected_tests(&tests)?;
+        Ok(if total == expected && total > 0 {
+            f64::from(passed) / f64::from(total)
+        } else {
+            0.0
         })
     }
 
@@ -213,16 +240,12 @@ impl SwePytest {
 
 #[cfg(test)]
 mod tests {
-    use super::pytest_counts;
+    use super::junit_counts;
 
     #[test]
-    fn pytest_summaries_are_counted() {
-        assert_eq!(pytest_counts("...\n3 passed in 0.01s"), Some((3, 3)));
-        assert_eq!(
-            pytest_counts("F..\n1 failed, 2 passed in 0.02s"),
-            Some((2, 3))
-        );
-        assert_eq!(pytest_counts("1 error in 0.1s"), Some((0, 1)));
-        assert_eq!(pytest_counts("no tests ran in 0.01s"), None);
+    fn junit_reports_are_counted() {
+        let xml = r#"<testsuites><testsuite name="pytest" tests="3"><testcase classname="t" name="a" time="0.0" /><testcase classname="t" name="b"><failure message="x">boom</failure></testcase><testcase classname="t" name="c"></testcase></testsuite></testsuites>"#;
+        assert_eq!(junit_counts(xml), (2, 3));
+        assert_eq!(junit_counts("<testsuites/>"), (0, 0));
     }
 }

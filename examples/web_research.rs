@@ -10,8 +10,9 @@
 //!   eval_split_ratio)`, capped so one training row remains. When the dataset cannot be had
 //!   (offline and not cached, say) a warning says so and 10 built-in multi-hop questions are
 //!   used, split 80/20; `--env.dataset_name none` picks them without trying.
-//! * Reward = clamp₀¹(correctness_weight·correctness + tool_usage_weight·tool_used +
-//!   efficiency_weight·efficiency + diversity). Correctness is the judge's JSON
+//! * Reward = clamp₀¹(correctness · (correctness_weight + tool_usage_weight·tool_used +
+//!   efficiency_weight·efficiency + diversity)): the shaping terms pay only as far as the
+//!   answer is correct, so a wrong but quick answer earns 0 (`hack` checks it). Correctness is the judge's JSON
 //!   `{"score": 0..1}` (temperature 0, 150 tokens), or a word-overlap heuristic when the judge
 //!   fails or its answer does not parse (as with `--testing true`, whose scripted server has
 //!   no judge).
@@ -349,10 +350,14 @@ impl WebResearch {
             book.insert(self.key(item, run), correctness);
         }
         let t = self.terms(run);
-        let reward = self.correctness_weight * correctness
-            + self.tool_usage_weight * t.tool_used
-            + self.efficiency_weight * t.efficiency
-            + t.diversity;
+        // The shaping terms scale with correctness: a wrong answer earns nothing for being
+        // quick or for citing sources (otherwise "reply at once" alone pays the efficiency
+        // term, which `hack` reports).
+        let reward = correctness
+            * (self.correctness_weight
+                + self.tool_usage_weight * t.tool_used
+                + self.efficiency_weight * t.efficiency
+                + t.diversity);
         Ok(reward.clamp(0.0, 1.0))
     }
 

@@ -164,8 +164,8 @@ async fn web_research_judge_scores_through_the_run_server() {
         .await
         .unwrap();
     let report = kit.run_next().await.unwrap();
-    // 0.6 × 0.5 (judge) + 0.2 (web tool) + 0.2 (2 turns) + 0.1 (nasa.gov, web.dev) = 0.8
-    assert!((report.reward - 0.8).abs() < 1e-9, "{}", report.reward);
+    // 0.5 (judge) × (0.6 + 0.2 (web tool) + 0.2 (2 turns) + 0.1 (nasa.gov, web.dev)) = 0.55
+    assert!((report.reward - 0.55).abs() < 1e-9, "{}", report.reward);
     let requests = kit.server().unwrap().requests();
     let judge = requests.last().unwrap();
     assert_eq!(judge["temperature"], 0.0);

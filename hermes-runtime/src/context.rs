@@ -18,6 +18,12 @@ use crate::tools::{ToolCallContext, ToolSet};
 /// Completion token limit of [`ToolContext::judge`] (Hermes: 150).
 pub const JUDGE_MAX_TOKENS: u32 = 150;
 
+/// Run before every reward command: the verifier starts in the sandbox home (not wherever the
+/// agent's shell was left), with a `PATH` stripped of the entries the agent fills by default
+/// (relative or empty entries, anything under the home), without Python's user site
+/// (`~/.local`) and without writing byte-code the agent could later see.
+pub const CLEAN_PREAMBLE: &str = r#"hermes_path=; IFS=:; for hermes_e in $PATH; do case "$hermes_e" in ''|.|[!/]*|"$HOME"|"$HOME"/*) ;; *) hermes_path="${hermes_path:+$hermes_path:}$hermes_e";; esac; done; unset IFS hermes_e; export PATH="$hermes_path" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1; unset hermes_path; hash -r"#;
+
 /// Default timeout of `ToolContext::terminal` (Hermes: 180 s).
 pub const REWARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -119,7 +125,8 @@ impl ToolContext {
             .await
     }
 
-    /// Runs a shell command with an explicit timeout (the process group is killed on expiry).
+    /// Runs a shell command with an explicit timeout (the process group is killed on expiry),
+    /// from the sandbox home in a clean context ([`CLEAN_PREAMBLE`]).
     ///
     /// A command that could not run at all — its program is not installed (exit 127,
     /// "command not found"), its interpreter is missing (exit 126), or `python -m X` finds no
@@ -132,7 +139,8 @@ impl ToolContext {
         timeout: Duration,
     ) -> Result<TerminalOutput, SandboxError> {
         let sandbox = self.sandbox.get().await?;
-        let out = sandbox.exec(ExecRequest::new(command, timeout)).await?;
+        let request = ExecRequest::new(format!("{CLEAN_PREAMBLE}\n{command}"), timeout);
+        let out = sandbox.exec(request.with_workdir("~")).await?;
         if let Some(why) = not_runnable(command, out.exit_code, &out.output) {
             let _ = self.unrunnable.set(why.clone());
             return Err(SandboxError::NotRunnable(why));
@@ -144,6 +152,22 @@ impl ToolContext {
                 .timed_out
                 .then(|| format!("Command timed out after {} seconds", timeout.as_secs())),
         })
+    }
+
+    /// A new, empty directory with an unguessable name, created now: the place to upload
+    /// hidden tests and verifier files, which the agent cannot have prepared.
+    pub async fn fresh_dir(&self) -> Result<String, SandboxError> {
+        let name = format!("/tmp/hermes-verify-{}", uuid::Uuid::new_v4().simple());
+        let out = self
+            .terminal(&format!("mkdir -m 700 {name} && echo ok"))
+            .await?;
+        if out.output != "ok" {
+            return Err(SandboxError::Io(format!(
+                "cannot create the verifier directory {name}: {}",
+                out.output
+            )));
+        }
+        Ok(name)
     }
 
     /// Reads a file as text (invalid UTF-8 is replaced); `~` is the sandbox home.

@@ -91,8 +91,9 @@ pub trait Environment: EnvDefinition {
 pub type Metrics = BTreeMap<String, f64>;
 
 /// How a rollout ended. The first three are the model's own outcomes and become training
-/// data; the other three are failures of something the model does not control: they never
-/// reach a group, the trajectory API or a mean reward, and are retried and counted instead.
+/// data; the others are failures of something the model does not control, or a tampered
+/// verification: they never reach a group, the trajectory API or a mean reward, and are
+/// retried and counted instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardOutcome {
@@ -124,6 +125,13 @@ pub enum RewardOutcome {
         /// The error, one line.
         message: String,
     },
+    /// A tripwire fired before verification (a process outlived the agent phase, a file the
+    /// verifier relies on was changed, a module or hook was planted where Python finds it):
+    /// whatever the verifier would say is not evidence, so the reward is 0 and not trained on.
+    Tampered {
+        /// The wires that fired, one line.
+        message: String,
+    },
 }
 
 /// The kinds of rollout failure (outcomes that are not training data), for counts, metric
@@ -137,23 +145,32 @@ pub enum FailureKind {
     Sandbox,
     /// [`RewardOutcome::VerifierFailure`].
     Verifier,
+    /// [`RewardOutcome::Tampered`].
+    Tampered,
 }
 
 impl FailureKind {
     /// Every kind, in display order.
-    pub const ALL: [FailureKind; 3] = [
+    pub const ALL: [FailureKind; 4] = [
         FailureKind::Llm,
         FailureKind::Sandbox,
         FailureKind::Verifier,
+        FailureKind::Tampered,
     ];
 
-    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`).
+    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`, `tampered`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Llm => "llm",
             FailureKind::Sandbox => "sandbox",
             FailureKind::Verifier => "verifier",
+            FailureKind::Tampered => "tampered",
         }
+    }
+
+    /// The kind named `name` in metrics and files, if any.
+    pub fn named(name: &str) -> Option<FailureKind> {
+        FailureKind::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 
@@ -167,6 +184,7 @@ impl RewardOutcome {
             RewardOutcome::LlmFailure { .. } => Some(FailureKind::Llm),
             RewardOutcome::SandboxFailure { .. } => Some(FailureKind::Sandbox),
             RewardOutcome::VerifierFailure { .. } => Some(FailureKind::Verifier),
+            RewardOutcome::Tampered { .. } => Some(FailureKind::Tampered),
         }
     }
 
@@ -180,7 +198,8 @@ impl RewardOutcome {
         match self {
             RewardOutcome::LlmFailure { message }
             | RewardOutcome::SandboxFailure { message }
-            | RewardOutcome::VerifierFailure { message } => Some(message),
+            | RewardOutcome::VerifierFailure { message }
+            | RewardOutcome::Tampered { message } => Some(message),
             _ => None,
         }
     }
@@ -195,6 +214,8 @@ pub struct FailureCounts {
     pub sandbox: usize,
     /// Verifier failures.
     pub verifier: usize,
+    /// Tampered verifications.
+    pub tampered: usize,
 }
 
 impl FailureCounts {
@@ -209,6 +230,7 @@ impl FailureCounts {
             FailureKind::Llm => self.llm,
             FailureKind::Sandbox => self.sandbox,
             FailureKind::Verifier => self.verifier,
+            FailureKind::Tampered => self.tampered,
         }
     }
 
@@ -217,12 +239,13 @@ impl FailureCounts {
             FailureKind::Llm => &mut self.llm,
             FailureKind::Sandbox => &mut self.sandbox,
             FailureKind::Verifier => &mut self.verifier,
+            FailureKind::Tampered => &mut self.tampered,
         }
     }
 
     /// All failures.
     pub fn total(&self) -> usize {
-        self.llm + self.sandbox + self.verifier
+        FailureKind::ALL.iter().map(|&k| self.get(k)).sum()
     }
 
     /// Adds `other`'s counts.

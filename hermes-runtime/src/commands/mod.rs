@@ -1,8 +1,9 @@
 //! Utility subcommands of every environment binary, next to the three Atropos modes
-//! (`sandbox list|reap`, `parsers check`, `view`, `wandb sync`, `check`, …). Each lives in its
+//! (`sandbox list|reap`, `parsers check`, `view`, `wandb sync`, `check`, `hack`, …). Each lives in its
 //! own module with a `command()` definition and a `run` function; this module lists them.
 
 mod check;
+mod hack;
 mod parsers;
 mod sandbox;
 mod view;
@@ -16,6 +17,7 @@ use crate::env::Environment;
 pub fn definitions() -> Vec<Command> {
     vec![
         check::command(),
+        hack::command(),
         parsers::command(),
         sandbox::command(),
         view::command(),
@@ -27,6 +29,7 @@ pub fn definitions() -> Vec<Command> {
 pub async fn run<E: Environment>(name: &str, matches: &ArgMatches) -> anyhow::Result<()> {
     match name {
         "check" => check::run::<E>(matches).await,
+        "hack" => hack::run::<E>(matches).await,
         "parsers" => parsers::run(matches),
         "sandbox" => sandbox::run(matches).await,
         "view" => view::run(matches),

@@ -83,11 +83,10 @@ pub fn count_failures(path: &Path) -> Option<FailureCounts> {
         let outcome = serde_json::from_str::<Value>(line)
             .ok()
             .and_then(|v| v.get("outcome").and_then(Value::as_str).map(str::to_owned));
-        let kind = match outcome.as_deref() {
-            Some("llm") => FailureKind::Llm,
-            Some("sandbox") => FailureKind::Sandbox,
-            _ => FailureKind::Verifier,
-        };
+        let kind = outcome
+            .as_deref()
+            .and_then(FailureKind::named)
+            .unwrap_or(FailureKind::Verifier);
         counts.add(kind);
     }
     Some(counts)

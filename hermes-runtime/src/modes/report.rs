@@ -151,6 +151,7 @@ mod tests {
                 llm: 2,
                 sandbox: 1,
                 verifier: 0,
+                tampered: 1,
             },
             items_failed: FailureCounts {
                 llm: 1,
@@ -165,7 +166,7 @@ mod tests {
         process finished in 5.0s
           groups    4 groups written, 1 (1 equal_scores) dropped (6 requested)
           rollouts  15, mean reward 0.500, 2 tool errors
-          failures  3 (2 llm, 1 sandbox) rollout attempts failed, 1 (1 llm) items not trained on (data/x.failures.jsonl)
+          failures  4 (2 llm, 1 sandbox, 1 tampered) rollout attempts failed, 1 (1 llm) items not trained on (data/x.failures.jsonl)
           rate      1.00 groups/s, 3.00 rollouts/s
           jsonl     data/x.jsonl
           viewer    data/x.html

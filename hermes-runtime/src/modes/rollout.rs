@@ -20,6 +20,7 @@ use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
 use crate::llm::managed::{NodeList, MASKED};
 use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
+use crate::sandbox::tripwire::{self, Armed};
 use crate::sandbox::{SandboxProvider, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
@@ -221,6 +222,7 @@ async fn run_attempt<A: EnvAccess>(
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let settings = rt.agent_settings(split);
         let prompt_messages = messages.clone();
+        let armed = Armed::now();
         let agent_run = async {
             match &rt.tokens {
                 TokenSource::Managed(phase2) => {
@@ -259,7 +261,7 @@ async fn run_attempt<A: EnvAccess>(
             Some((run, nodes)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
-                    settle(&*env, rt, item, &run, &sandbox, tools).await
+                    settle(&*env, rt, item, &run, &sandbox, tools, &armed).await
                 };
                 (run, nodes, reward, outcome)
             }
@@ -299,7 +301,7 @@ async fn run_attempt<A: EnvAccess>(
 }
 
 /// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
-/// model giving nothing to verify, or the verifier's verdict.
+/// model giving nothing to verify, a tripped wire, or the verifier's verdict.
 async fn settle<E: Environment>(
     env: &E,
     rt: &Runtime,
@@ -307,6 +309,7 @@ async fn settle<E: Environment>(
     run: &AgentResult,
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
+    armed: &Armed,
 ) -> (f64, RewardOutcome) {
     if let Some(message) = sandbox.infra_failure() {
         let message = format!("sandbox failed during the rollout: {message}");
@@ -324,7 +327,44 @@ async fn settle<E: Environment>(
         let reason = "the model produced nothing to verify".to_owned();
         return (0.0, RewardOutcome::ModelEnded { reason });
     }
+    if let Some(outcome) = guard_verification(sandbox, armed).await {
+        return (0.0, outcome);
+    }
     score(env, rt, item, run, sandbox, tools).await
+}
+
+/// The tripwires between the agent phase and the verifier: stops every process the agent
+/// started (its tracked background processes included) and checks what it changed. `None`
+/// lets verification proceed; otherwise the rollout's outcome (tampered, or a sandbox
+/// failure when the checks themselves could not run).
+async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<RewardOutcome> {
+    if !sandbox.is_created() {
+        return None;
+    }
+    let checked = async {
+        let created = sandbox.get().await?;
+        let keep = if sandbox.has_tool_state() {
+            crate::tools::tracked_pids(created.as_ref()).await?
+        } else {
+            Vec::new()
+        };
+        let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), armed, &keep).await?;
+        if sandbox.has_tool_state() {
+            crate::tools::cleanup_processes(created.as_ref()).await?;
+        }
+        Ok::<_, crate::sandbox::SandboxError>(wires)
+    };
+    match checked.await {
+        Ok(wires) if wires.is_empty() => None,
+        Ok(wires) => {
+            let message = wires.join(" | ");
+            warn!("tripwire: {message}; the rollout is tampered (reward 0, not trained on)");
+            Some(RewardOutcome::Tampered { message })
+        }
+        Err(e) => Some(RewardOutcome::SandboxFailure {
+            message: format!("the tripwire checks before verification failed: {e}"),
+        }),
+    }
 }
 
 async fn score<E: Environment>(

@@ -387,6 +387,12 @@ impl Sandbox for LocalSandbox {
         blocking(move || copy_tree(&src, &dest)).await
     }
 
+    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        let groups = self.process_groups.lock().expect("lock poisoned").clone();
+        let (home, keep) = (self.dir.clone(), keep.to_vec());
+        blocking(move || Ok(super::tripwire::kill_local_leftovers(&home, &groups, &keep))).await
+    }
+
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.kill_all();
         match tokio::fs::remove_dir_all(&self.dir).await {

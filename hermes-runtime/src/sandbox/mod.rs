@@ -13,6 +13,7 @@ mod local;
 mod output;
 mod shell;
 mod task;
+pub mod tripwire;
 mod watched;
 
 use std::path::Path;
@@ -50,6 +51,12 @@ impl ExecRequest {
             output_limit: OUTPUT_LIMIT_CHARS,
         }
     }
+
+    /// The same request run in `workdir` (the shell's persistent directory is left alone).
+    pub fn with_workdir(mut self, workdir: impl Into<String>) -> Self {
+        self.workdir = Some(workdir.into());
+        self
+    }
 }
 
 /// What a finished (or killed) command produced.
@@ -70,6 +77,13 @@ pub struct SandboxSpec {
     /// Docker image for this item's sandbox; `None` = `--env.docker_image`. The local backend
     /// ignores it.
     pub image: Option<String>,
+    /// Extra paths the verifier relies on (e.g. an oracle directory baked into the image):
+    /// any change the agent makes under them fires the integrity tripwire.
+    pub protected_paths: Vec<String>,
+    /// Lets the agent change system directories (install packages system-wide) without
+    /// firing the integrity tripwire, for tasks that require it; the verifier is then only as
+    /// trustworthy as the binaries the agent left behind.
+    pub mutable_system: bool,
 }
 
 impl SandboxSpec {
@@ -77,7 +91,14 @@ impl SandboxSpec {
     pub fn image(image: impl Into<String>) -> Self {
         SandboxSpec {
             image: Some(image.into()),
+            ..Default::default()
         }
+    }
+
+    /// Adds a path the verifier relies on to the integrity tripwire's watch list.
+    pub fn protect(mut self, path: impl Into<String>) -> Self {
+        self.protected_paths.push(path.into());
+        self
     }
 }
 
@@ -158,6 +179,20 @@ pub trait Sandbox: Send + Sync {
     async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError>;
     /// Kills everything the sandbox started and removes it. Idempotent.
     async fn teardown(&self) -> Result<(), SandboxError>;
+    /// Before verification: kills every process still running that the agent started, except
+    /// the trees rooted at `keep` (background processes the `process` tool tracks), and
+    /// returns one line (`pid command`) per process it had to kill. The default runs
+    /// [`tripwire::LEFTOVER_SCRIPT`] inside the sandbox (everything but init and the
+    /// container's entrypoint), right for a container; the local backend overrides it.
+    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        tripwire::kill_leftovers_inside(self, keep).await
+    }
+    /// Paths the sandbox's filesystem changed at, as seen by the engine rather than from
+    /// inside (`docker diff`: an agent cannot hide a change from it); `None` when the backend
+    /// cannot tell.
+    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+        Ok(None)
+    }
 }
 
 /// Creates sandboxes for task ids (one backend per run).

@@ -58,6 +58,11 @@ impl TaskSandbox {
         self
     }
 
+    /// The spec the sandbox is (or will be) created with.
+    pub fn spec(&self) -> &SandboxSpec {
+        &self.spec
+    }
+
     /// The rollout's task id.
     pub fn task_id(&self) -> &str {
         &self.task_id

@@ -58,6 +58,12 @@ impl Sandbox for Watched {
     async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
         self.seen(self.inner.download_dir(remote, local).await)
     }
+    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        self.seen(self.inner.kill_leftover_processes(keep).await)
+    }
+    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+        self.seen(self.inner.changed_paths().await)
+    }
     /// Teardown failures happen after the rollout's data is complete: not recorded.
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.inner.teardown().await

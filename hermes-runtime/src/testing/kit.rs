@@ -252,16 +252,14 @@ impl<E: Environment> Kit<E> {
         }
     }
 
-    /// The oracle: plays the reference solution of every training item (`get_next_item` until
-    /// `None` or `options.limit` items; repeated items are run once) and every eval item
-    /// through the real sandbox and verifier, `options.concurrency` at a time, and reports
-    /// each item that scores below `options.min_score` or has no reference solution.
-    /// Meaningful only with the default (reference) policy.
-    pub async fn check(&mut self, options: &CheckOptions) -> CheckReport {
+    /// The items `check` and `hack` run: training items from `get_next_item` (until `None` or
+    /// `limit`; repeats run once), then the eval items. Returns them, the number of training
+    /// items among them and the repeats skipped.
+    pub async fn select_items(&mut self, limit: usize) -> (Vec<(Split, E::Item)>, usize, usize) {
         let mut seen = HashSet::new();
         let mut items = Vec::new();
         let mut duplicates = 0;
-        for _ in 0..options.limit {
+        for _ in 0..limit {
             let Some(item) = self.env.get_next_item().await else {
                 break;
             };
@@ -278,6 +276,16 @@ impl<E: Environment> Kit<E> {
                 .into_iter()
                 .map(|item| (Split::Eval, item)),
         );
+        (items, train, duplicates)
+    }
+
+    /// The oracle: plays the reference solution of every training item (`get_next_item` until
+    /// `None` or `options.limit` items; repeated items are run once) and every eval item
+    /// through the real sandbox and verifier, `options.concurrency` at a time, and reports
+    /// each item that scores below `options.min_score` or has no reference solution.
+    /// Meaningful only with the default (reference) policy.
+    pub async fn check(&mut self, options: &CheckOptions) -> CheckReport {
+        let (items, train, duplicates) = self.select_items(options.limit).await;
         let this = &*self;
         let mut results: Vec<(usize, CheckedItem)> =
             futures::stream::iter(items.into_iter().enumerate().map(
@@ -584,6 +592,7 @@ impl CheckedItem {
                     format!("verifier failure: {message}")
                 }
                 RewardOutcome::SandboxFailure { message } => format!("sandbox failure: {message}"),
+                RewardOutcome::Tampered { message } => format!("tampered: {message}"),
                 RewardOutcome::LlmFailure { message } => format!("LLM failure: {message}"),
                 RewardOutcome::Timeout { seconds } => format!("timed out after {seconds} s"),
             };

@@ -1,9 +1,12 @@
 //! Test support for authors and for hermes-env's own tests: a scripted OpenAI-compatible
 //! server (real HTTP on 127.0.0.1), the reference-solution player behind `--testing true`, and
 //! a request-recording W&B stand-in, and the authors' kit ([`Kit`]): one item through the
-//! whole pipeline with any policy, redacted snapshots, and the reference-solution oracle.
+//! whole pipeline with any policy, redacted snapshots, the reference-solution oracle (`check`)
+//! and the red team (`hack`: the exploit library played against every verifier).
 
 mod cassette;
+mod exploits;
+mod hack;
 mod kit;
 mod local_http;
 mod raw;
@@ -12,6 +15,10 @@ mod server;
 mod wandb;
 
 pub use cassette::{BranchKey, Cassette, CassettePlayer, CassetteRecorder, Interaction};
+pub use exploits::{
+    library as exploit_library, load_exploits, prompt_paths, Exploit, PROMPT_PATHS,
+};
+pub use hack::{outcome_kind, HackOptions, HackReport, HackRow};
 pub use kit::{
     CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
 };

@@ -28,7 +28,7 @@ pub use distributions::{
 };
 pub use files::{ReadFileTool, WriteFileTool};
 pub use patch::PatchTool;
-pub use process::{cleanup as cleanup_processes, ProcessTool};
+pub use process::{cleanup as cleanup_processes, tracked_pids, ProcessTool};
 pub use search::SearchFilesTool;
 pub use terminal::TerminalTool;
 pub use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};

@@ -230,8 +230,22 @@ echo "PID $!""#
     }
 }
 
+/// The pids of the task's running background processes (the trees the `process` tool
+/// manages, which the tripwires leave to [`cleanup`]).
+pub async fn tracked_pids(sandbox: &dyn Sandbox) -> Result<Vec<u32>, SandboxError> {
+    let body = format!(
+        r#"for f in '{}'/bg/*.pid; do [ -e "$f" ] && [ ! -f "${{f%.pid}}.exit" ] && cat "$f" && echo; done; exit 0"#,
+        state_dir(sandbox)
+    );
+    let out = script(sandbox, &body, SCRIPT_TIMEOUT).await?;
+    Ok(out
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect())
+}
+
 /// Kills every running background process of the task and removes its process records;
-/// called before a rollout's sandbox is torn down.
+/// called before verification and before a rollout's sandbox is torn down.
 pub async fn cleanup(sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
     let body = format!(
         r#"d='{}'

@@ -724,6 +724,21 @@ impl Sandbox for DockerSandbox {
         }
     }
 
+    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+        let changes = self
+            .docker()
+            .container_changes(self.name())
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        Ok(Some(
+            changes
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.path)
+                .collect(),
+        ))
+    }
+
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.container.guard.remove(self.docker()).await
     }

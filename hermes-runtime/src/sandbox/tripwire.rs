@@ -1,0 +1,466 @@
+//! Tripwires: what runs between the agent phase and the verifier of every rollout, so that a
+//! reward is evidence of the task being solved rather than of the check being gamed. Every
+//! process the agent left running is killed (a background writer cannot race the verifier),
+//! and the places a verifier trusts without looking — system binaries and Python's import
+//! path, paths the author protects, hook files planted in the agent's home — are checked for
+//! changes made since the agent started. Each fired wire is one line; any wire makes the
+//! rollout `tampered` (see `modes::rollout`).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{ExecRequest, Sandbox, SandboxError, SandboxSpec};
+
+/// Deadline of each tripwire command.
+const WIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most paths or processes named in one wire's message.
+const SHOWN: usize = 8;
+
+/// Directories whose contents a verifier runs without checking them: the standard `PATH`
+/// and Python's standard library and site packages, plus the shell and loader start-up files.
+pub const SYSTEM_ROOTS: &[&str] = &[
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/bin",
+    "/sbin",
+    "/usr/lib/python3",
+    "/usr/local/lib/python3",
+    "/etc/profile",
+    "/etc/bash.bashrc",
+    "/etc/environment",
+    "/etc/ld.so.preload",
+    "/etc/ld.so.conf",
+    "/etc/python3",
+];
+
+/// Paths the container engine itself adds (the `--init` binary), never the agent's.
+const ENGINE_PATHS: &[&str] = &["/usr/sbin/docker-init"];
+
+/// File names that change what Python or pytest does wherever they are found (start-up
+/// hooks, import-path files, plugin and config files, shadows of the test runner).
+pub const HOOK_NAMES: &[&str] = &[
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "conftest.py",
+    "pytest.py",
+    "pytest.ini",
+    "_pytest",
+    "pluggy",
+    "unittest",
+];
+
+/// Standard-library modules a verifier's Python imports most; a file or package of that name
+/// in the home (the verifier's working directory, first on `sys.path`) shadows it.
+pub const SHADOWED_MODULES: &[&str] = &[
+    "json",
+    "os",
+    "sys",
+    "re",
+    "subprocess",
+    "shutil",
+    "pathlib",
+    "io",
+    "math",
+    "random",
+    "string",
+    "time",
+    "datetime",
+    "collections",
+    "functools",
+    "itertools",
+    "typing",
+    "types",
+    "unittest",
+    "doctest",
+    "argparse",
+    "logging",
+    "tempfile",
+    "glob",
+    "difflib",
+    "hashlib",
+    "inspect",
+    "importlib",
+    "traceback",
+    "ast",
+    "csv",
+    "decimal",
+    "fractions",
+    "statistics",
+    "operator",
+    "copy",
+    "pickle",
+    "struct",
+    "textwrap",
+    "contextlib",
+    "dataclasses",
+    "enum",
+    "abc",
+    "signal",
+    "socket",
+    "threading",
+    "multiprocessing",
+    "warnings",
+    "site",
+    "encodings",
+];
+
+/// The in-sandbox leftover killer (container backends), run by the exec's own shell after
+/// `keep=" PIDS "` (the trees kept).
+/// Everything else except init (pid 1), the container's entrypoint (the first child of init)
+/// and this script with its own children is killed with SIGKILL, in up to three passes so
+/// respawning parents do not escape; each killed process is printed as `pid name`. Only
+/// shell builtins are used: the agent may have replaced any program on `PATH`.
+pub const LEFTOVER_SCRIPT: &str = r#"me=$$; entry=
+field() { hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }
+for d in /proc/[0-9]*; do p=${d#/proc/}; field "$p" PPid; [ "$hv" = 1 ] && { [ -z "$entry" ] || [ "$p" -lt "$entry" ]; } && entry=$p; done
+spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; case "$keep" in *" $q "*) return 0;; esac; field "$q" PPid; q=$hv; done; return 1; }
+for round in 1 2 3; do
+  found=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case " 1 $entry $me " in *" $p "*) continue;; esac
+    [ -r "$d/status" ] || continue
+    field "$p" State
+    [ "$hv" = Z ] && continue
+    spared "$p" && continue
+    cmd=; read -r cmd 2>/dev/null < "$d/comm"
+    kill -KILL "$p" 2>/dev/null && { echo "$p $cmd"; found=1; }
+  done
+  [ -z "$found" ] && break
+done
+exit 0"#;
+
+/// Runs [`LEFTOVER_SCRIPT`] in `sandbox`.
+pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
+    sandbox: &S,
+    keep: &[u32],
+) -> Result<Vec<String>, SandboxError> {
+    let keep: Vec<String> = keep.iter().map(u32::to_string).collect();
+    let command = format!("keep=' {} '\n{LEFTOVER_SCRIPT}", keep.join(" "));
+    let out = sandbox
+        .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
+        .await?;
+    Ok(lines(&out.output))
+}
+
+/// The local backend's leftovers: processes (other than this one) in one of the sandbox's
+/// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
+/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process.
+pub fn kill_local_leftovers(home: &Path, groups: &[i32], keep: &[u32]) -> Vec<String> {
+    let marker = format!("HOME={}", home.display());
+    let me = std::process::id();
+    let mut killed = Vec::new();
+    for _round in 0..3 {
+        let table = process_table();
+        let kept = |pid: u32| {
+            let mut q = pid;
+            for _ in 0..64 {
+                if keep.contains(&q) {
+                    return true;
+                }
+                match table.iter().find(|p| p.pid == q) {
+                    Some(p) if p.ppid > 1 => q = p.ppid,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let mut found = false;
+        for p in &table {
+            let ours = groups.contains(&p.pgrp)
+                || std::fs::read(format!("/proc/{}/environ", p.pid))
+                    .map(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
+                    .unwrap_or(false);
+            if p.pid == me || p.zombie || !ours || kept(p.pid) {
+                continue;
+            }
+            // SAFETY: kill(2) on a pid; no memory is touched.
+            if unsafe { libc::kill(p.pid as i32, libc::SIGKILL) } == 0 {
+                killed.push(format!("{} {}", p.pid, p.command));
+                found = true;
+            }
+        }
+        if !found {
+            break;
+        }
+    }
+    killed
+}
+
+/// One row of `/proc`.
+struct ProcessRow {
+    pid: u32,
+    ppid: u32,
+    pgrp: i32,
+    zombie: bool,
+    command: String,
+}
+
+fn process_table() -> Vec<ProcessRow> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let command: String = String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .trim()
+                .chars()
+                .take(120)
+                .collect();
+            Some(ProcessRow {
+                pid,
+                ppid: fields.get(1)?.parse().ok()?,
+                pgrp: fields.get(2)?.parse().ok()?,
+                zombie: fields.first() == Some(&"Z"),
+                command,
+            })
+        })
+        .collect()
+}
+
+/// When the agent phase of a rollout began; changes after it are the agent's.
+#[derive(Debug, Clone, Copy)]
+pub struct Armed {
+    since: SystemTime,
+}
+
+impl Armed {
+    /// Arms the wires now (call before the agent's first command).
+    pub fn now() -> Self {
+        Armed {
+            since: SystemTime::now(),
+        }
+    }
+
+    fn epoch_seconds(&self) -> u64 {
+        self.since
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+}
+
+/// Runs every wire before verification: kills the agent's leftover processes (the `process`
+/// tool's own are stopped by the caller), then checks what changed. Returns one line per
+/// fired wire (empty: verification may proceed).
+pub async fn inspect(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+    armed: &Armed,
+    keep: &[u32],
+) -> Result<Vec<String>, SandboxError> {
+    let mut wires = Vec::new();
+    let leftovers = sandbox.kill_leftover_processes(keep).await?;
+    if !leftovers.is_empty() {
+        wires.push(format!(
+            "{} process(es) outlived the agent phase (killed before verification): {}",
+            leftovers.len(),
+            shown(&leftovers)
+        ));
+    }
+    let changed = match sandbox.changed_paths().await? {
+        Some(paths) => watched_changes(&paths, spec),
+        None => changed_since(sandbox, &spec.protected_paths, armed, false).await?,
+    };
+    if !changed.is_empty() {
+        wires.push(format!(
+            "{} path(s) the verifier relies on changed during the agent phase: {}",
+            changed.len(),
+            shown(&changed)
+        ));
+    }
+    let mut hooks = changed_since(sandbox, &["~".to_owned()], armed, true).await?;
+    hooks.extend(shadows(sandbox, armed).await?);
+    if !hooks.is_empty() {
+        wires.push(format!(
+            "{} Python/pytest hook or module shadow(s) planted in the agent's home: {}",
+            hooks.len(),
+            shown(&hooks)
+        ));
+    }
+    Ok(wires)
+}
+
+/// The engine-reported changes under the watched roots (system roots unless the spec allows
+/// system changes, and the spec's protected paths); byte-code caches are not evidence.
+pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
+    let system: &[&str] = if spec.mutable_system {
+        &[]
+    } else {
+        SYSTEM_ROOTS
+    };
+    // `…/python3` roots also cover versioned directories (`python3.11`).
+    let under = |path: &str, root: &str| {
+        let root = root.trim_end_matches('/');
+        path.strip_prefix(root).is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with('/') || root.ends_with("python3")
+        })
+    };
+    let mut out: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.contains("/__pycache__") && !p.ends_with(".pyc"))
+        .filter(|p| !ENGINE_PATHS.contains(&p.as_str()))
+        .filter(|p| {
+            system.iter().any(|r| under(p, r)) || spec.protected_paths.iter().any(|r| under(p, r))
+        })
+        .cloned()
+        .collect();
+    // A changed file also reports its changed parent directories; keep the deepest paths.
+    out.retain(|p| {
+        !paths
+            .iter()
+            .any(|q| q.len() > p.len() && q.starts_with(&format!("{p}/")))
+    });
+    out
+}
+
+/// Standard-library shadows the agent created directly in its home.
+async fn shadows(sandbox: &dyn Sandbox, armed: &Armed) -> Result<Vec<String>, SandboxError> {
+    let tests: Vec<String> = SHADOWED_MODULES
+        .iter()
+        .flat_map(|m| [format!("-name {m}.py"), format!("-name {m}")])
+        .collect();
+    let command = format!(
+        "find \"$HOME\" -mindepth 1 -maxdepth 1 \\( {} \\) -newerct @{} -print 2>/dev/null",
+        tests.join(" -o "),
+        armed.epoch_seconds()
+    );
+    found(sandbox, command).await
+}
+
+/// Runs a `find` command of the wires and returns the paths it printed. A sandbox without
+/// `find` cannot be scanned: one WARN line says so and the scan finds nothing (on Docker the
+/// engine's change list still covers the system directories, and deleting `find` is a change).
+async fn found(sandbox: &dyn Sandbox, find: String) -> Result<Vec<String>, SandboxError> {
+    let command = format!(
+        "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {find}; exit 0"
+    );
+    let out = sandbox
+        .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
+        .await?;
+    if out.exit_code != 0 {
+        tracing::warn!(
+            "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
+            out.exit_code
+        );
+        return Ok(Vec::new());
+    }
+    let mut paths = lines(&out.output);
+    paths.truncate(200);
+    Ok(paths)
+}
+
+/// Files under `roots` whose inode changed since `armed` (ctime: not forgeable with `touch`),
+/// all of them or only [`HOOK_NAMES`].
+async fn changed_since(
+    sandbox: &dyn Sandbox,
+    roots: &[String],
+    armed: &Armed,
+    hooks_only: bool,
+) -> Result<Vec<String>, SandboxError> {
+    if roots.is_empty() {
+        return Ok(Vec::new());
+    }
+    let roots: Vec<String> = roots
+        .iter()
+        .map(|r| match r.strip_prefix('~') {
+            Some(rest) => format!("\"$HOME\"{}", shell_quote(rest)),
+            None => shell_quote(r),
+        })
+        .collect();
+    let names = if hooks_only {
+        let tests: Vec<String> = HOOK_NAMES
+            .iter()
+            .map(|n| format!("-name {}", shell_quote(n)))
+            .collect();
+        format!("\\( {} \\)", tests.join(" -o "))
+    } else {
+        String::new()
+    };
+    let command = format!(
+        "find {} -xdev \\( -name __pycache__ -prune \\) -o {names} -newerct @{} -print 2>/dev/null",
+        roots.join(" "),
+        armed.epoch_seconds()
+    );
+    found(sandbox, command).await
+}
+
+fn lines(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn shown(items: &[String]) -> String {
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > SHOWN {
+        text.push_str(&format!("; … {} more", items.len() - SHOWN));
+    }
+    text
+}
+
+/// Single-quotes `s` for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_changes_are_filtered_to_watched_roots() {
+        let spec = SandboxSpec::default().protect("/oracle");
+        let paths: Vec<String> = [
+            "/usr",
+            "/usr/local",
+            "/usr/local/bin",
+            "/usr/local/bin/pytest",
+            "/usr/lib/python3.11/__pycache__/x.cpython-311.pyc",
+            "/usr/lib/python3.11/site-packages/evil.pth",
+            "/root/workspace/solution.py",
+            "/tmp/hermes-1/bg",
+            "/oracle/answer.txt",
+            "/etc/hosts",
+            "/usr/sbin/docker-init",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            watched_changes(&paths, &spec),
+            [
+                "/usr/local/bin/pytest",
+                "/usr/lib/python3.11/site-packages/evil.pth",
+                "/oracle/answer.txt"
+            ]
+        );
+        let open = SandboxSpec {
+            mutable_system: true,
+            ..SandboxSpec::default()
+        };
+        assert!(watched_changes(&paths, &open).is_empty());
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+}
