@@ -211,10 +211,12 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     std::thread::sleep(Duration::from_millis(500));
     signal(pid, libc::SIGINT);
     let status = wait_bounded(child, Duration::from_secs(90));
-    assert_eq!(
-        status.code(),
-        Some(130),
-        "runs cancelled by a second signal exit with 130"
+    // 130 when the second signal cancelled the groups still in flight; 0 when they had all
+    // finished within the 500 ms (terminal_test_e2e's commands never finish, so it checks the
+    // 130 path exactly). Either way no container may be left.
+    assert!(
+        matches!(status.code(), Some(130) | Some(0)),
+        "interrupted runs exit with 130 (or 0 when nothing was left to cancel): {status}"
     );
     // Creations cancelled in flight may land after the exit; the watchdog takes them.
     assert_eq!(

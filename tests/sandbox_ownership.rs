@@ -152,10 +152,11 @@ fn short_run_during_a_long_one(long_namespaced: bool) {
     let status = wait_bounded(&mut long, Duration::from_secs(90));
     let mut long_stderr = String::new();
     std::io::Read::read_to_string(long.stderr.as_mut().unwrap(), &mut long_stderr).unwrap();
+    // One SIGINT stops it gracefully: the groups in flight finish (exit 0).
     assert_eq!(
         status.code(),
-        Some(130),
-        "the long run was interrupted:\n{long_stderr}"
+        Some(0),
+        "the long run stops gracefully:\n{long_stderr}"
     );
 
     let (long_scores, short_scores) = (scores(dir_long.path()), scores(dir_short.path()));

@@ -83,6 +83,20 @@ impl Shutdown {
         self.signals.borrow().count >= 1
     }
 
+    /// True once a second stop request asked to cancel at once.
+    pub fn is_forced(&self) -> bool {
+        self.signals.borrow().count >= 2
+    }
+
+    /// Why in-flight work was cancelled, for the log line that says so.
+    pub fn cancel_reason(&self, grace: Duration) -> String {
+        if self.is_forced() {
+            "a second stop request".into()
+        } else {
+            format!("the {grace:?} grace period (--env.shutdown_grace)")
+        }
+    }
+
     /// Waits for the first stop request.
     pub async fn requested(&self) {
         self.wait_for(1).await
@@ -122,8 +136,10 @@ impl Shutdown {
     /// Runs `work` unless a stop is requested first (set-up work that has nothing to save).
     pub async fn unless_requested<F: Future>(&self, work: F) -> Result<F::Output, Interrupted> {
         tokio::select! {
-            out = work => Ok(out),
+            // A request that came before the work started wins.
+            biased;
             () = self.requested() => Err(Interrupted),
+            out = work => Ok(out),
         }
     }
 }

@@ -52,10 +52,13 @@ pub fn main<E: Environment>() -> ExitCode {
         let shutdown = Shutdown::on_signals();
         let outcome = match invocation {
             // Runs stop gracefully on the first signal; only a second one cancels them.
+            // A second request wins even when the run ended in the same instant.
             Resolved::Run(cfg) => tokio::select! {
-                result = execute::<E>(*cfg, &shutdown) => Some(result),
+                biased;
                 () = shutdown.forced() => None,
-            },
+                result = execute::<E>(*cfg, &shutdown) => Some(result),
+            }
+            .filter(|_| !shutdown.is_forced()),
             Resolved::Utility(name, matches) => tokio::select! {
                 result = crate::commands::run::<E>(&name, &matches) => Some(result),
                 () = shutdown.requested() => None,

@@ -222,7 +222,7 @@ async fn evaluate_items<A: EnvAccess>(
                 None => break,
             },
             () = shutdown.cancelled(grace) => {
-                warn!("eval items still running after the {grace:?} grace period: cancelled");
+                warn!("eval items still running cancelled by {}", shutdown.cancel_reason(grace));
                 break;
             }
         }

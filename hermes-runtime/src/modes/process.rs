@@ -228,8 +228,9 @@ async fn run_batch<E: Environment>(
             },
             () = shutdown.cancelled(grace) => {
                 warn!(
-                    "{} groups still running after the {grace:?} grace period (--env.shutdown_grace): cancelled",
-                    pending.len()
+                    "{} groups still running cancelled by {}",
+                    pending.len(),
+                    shutdown.cancel_reason(grace)
                 );
                 break;
             }

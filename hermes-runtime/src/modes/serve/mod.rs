@@ -882,8 +882,9 @@ impl<E: Environment> Loop<E> {
                 Some(done) = self.joins.join_next() => self.finished(done),
                 () = shutdown.cancelled(grace) => {
                     warn!(
-                        "{} groups still running after the grace period: cancelled",
-                        self.running.len()
+                        "{} groups still running cancelled by {}",
+                        self.running.len(),
+                        shutdown.cancel_reason(grace)
                     );
                     break;
                 }
