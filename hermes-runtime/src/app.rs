@@ -22,13 +22,23 @@ use crate::modes::{
 use crate::sandbox::{LocalProvider, SandboxProvider};
 use crate::shutdown::{Interrupted, Shutdown};
 use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
-use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
+use crate::tools::{DistributionSampler, GroupTools, ToolRegistry, ToolSet, WebChoice};
 
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
+    // Before `protect`, so that keys read from `.env` are remembered as secrets too.
+    let dotenv = crate::dotenv::load_from_cwd();
     crate::own_secrets::protect(&args);
     init_tracing();
+    match dotenv {
+        Ok(Some(report)) => info!("{}", report.describe()),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let bin = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
@@ -168,12 +178,15 @@ pub fn resolve_tools(
     env: &HermesEnvConfig,
     mut registry: ToolRegistry,
 ) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
-    match env.web_backend.as_deref() {
-        None => {}
-        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
-        Some(other) => bail!(
-            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
-        ),
+    if let Some(name) = env.web_backend.as_deref() {
+        let lookup = |var: &str| std::env::var(var).ok();
+        match crate::tools::select_web_backend(name, env.web_base_url.as_deref(), &lookup)? {
+            WebChoice::Backend(backend, which) => {
+                info!("web tools search through {which}");
+                registry = registry.with_web(backend);
+            }
+            WebChoice::Hidden(why) => warn!("{why}"),
+        }
     }
     let (tools, warnings) = registry.resolve(
         env.enabled_toolsets.as_deref(),
@@ -229,6 +242,9 @@ pub async fn execute<E: Environment>(
     }
     for server in &cfg.servers {
         crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
+        if let Some(missing) = server.missing_key_variable().filter(|_| !cfg.manager.testing) {
+            bail!("{missing}");
+        }
     }
     let desc = E::descriptor();
     if cfg.mode == Mode::Serve && cfg.env.terminal_backend == "local" {
@@ -241,9 +257,10 @@ pub async fn execute<E: Environment>(
                 .with_env(cfg.env.container_env.clone().unwrap_or_default()),
         ),
         "docker" => Arc::new(docker_backend(&cfg.env, desc.name).await?),
-        other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
+        other => bail!("{}", unsupported_backend(other)),
     };
-    let raw_parser = crate::parsers::get(&cfg.env.tool_call_parser)?;
+    let raw_parser = tool_call_parser(&mut cfg.env);
+    testing_web_backend(&mut cfg);
 
     let phase2 = cfg
         .servers
@@ -389,6 +406,39 @@ pub async fn execute<E: Environment>(
         }
     }
     Ok(())
+}
+
+/// The one-line refusal of a `terminal_backend` this build has no backend for, naming the
+/// supported ones and what to use instead of the upstream backend named.
+pub(crate) fn unsupported_backend(name: &str) -> String {
+    let instead = match name {
+        "modal" | "daytona" => "use docker (a container per rollout, the same isolation on your own daemon; --env.docker_host reaches a remote one)",
+        "singularity" | "apptainer" => "use docker (or podman through --env.docker_host unix:///run/user/UID/podman/podman.sock)",
+        _ => "use docker for isolated rollouts, or local for a scratch directory on this host",
+    };
+    format!("terminal_backend '{name}' is not supported; supported backends: local, docker; {instead}")
+}
+
+/// `--testing` replaces the inference servers by a scripted one; `web_backend auto` then
+/// uses the fake web backend too, so a dry run never reaches a real provider.
+pub(crate) fn testing_web_backend(cfg: &mut ResolvedConfig) {
+    if cfg.manager.testing && cfg.env.web_backend.as_deref() == Some("auto") {
+        info!("--testing: web_backend auto uses the fake web backend (canned results)");
+        cfg.env.web_backend = Some("fake".into());
+    }
+}
+
+/// The run's tool-call parser. An unknown name falls back to `hermes` with one warning, as
+/// upstream does (`get_parser` KeyError → hermes); the config then names the parser used.
+fn tool_call_parser(env: &mut HermesEnvConfig) -> &'static dyn crate::parsers::ToolCallParser {
+    match crate::parsers::get(&env.tool_call_parser) {
+        Ok(parser) => parser,
+        Err(e) => {
+            warn!("{e}; falling back to the hermes parser as upstream does (set --env.tool_call_parser to one of the names listed by the `parsers` subcommand)");
+            env.tool_call_parser = "hermes".into();
+            &crate::parsers::HermesParser
+        }
+    }
 }
 
 /// The tokenizer of the run: in Phase 2 the servers' `--openai.tokenizer_name` when they set

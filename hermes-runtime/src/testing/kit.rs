@@ -96,10 +96,14 @@ impl<E: Environment> KitBuilder<E> {
         let name = E::descriptor().name;
         let mut argv: Vec<OsString> = vec![name.into(), "process".into()];
         argv.extend(self.args);
-        let cfg = match parse_invocation::<E>(name, argv)? {
+        let mut cfg = match parse_invocation::<E>(name, argv)? {
             Some(Resolved::Run(cfg)) => *cfg,
             _ => bail!("the kit's arguments must be flags of the process mode"),
         };
+        if self.upstream.is_none() && cfg.env.web_backend.as_deref() == Some("auto") {
+            // Scripted inference, canned web: a kit run never reaches a real provider.
+            cfg.env.web_backend = Some("fake".into());
+        }
         let (server, base_url, references) = match self.upstream {
             Some(url) => (None, url, None),
             None => {
@@ -142,7 +146,7 @@ impl<E: Environment> KitBuilder<E> {
                     Arc::new(crate::app::docker_backend(&cfg.env, name).await?),
                     None,
                 ),
-                other => bail!("terminal_backend '{other}' is not supported; use local or docker"),
+                other => bail!("{}", crate::app::unsupported_backend(other)),
             };
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
         let rt = Runtime {

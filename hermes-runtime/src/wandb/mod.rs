@@ -34,6 +34,7 @@
 
 pub mod api;
 mod logger;
+pub mod netrc;
 pub mod metrics;
 pub mod run_dir;
 mod settings;
