@@ -18,6 +18,7 @@ async fn run(args: &[&str], tmp: &Path) -> Output {
         .current_dir(tmp)
         .env("TMPDIR", tmp)
         .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
         // Phase 1 without the default tokenizer, whatever the machine's hub cache or network.
         .env("HF_HUB_OFFLINE", "1")
         .env("HF_HUB_CACHE", tmp.join("empty-hub-cache"))
@@ -354,7 +355,12 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
             &["serve", "--testing", "true"],
             "serve needs trainable tokens",
         ),
-        (&["process"], "--openai.base_url is not set"),
+        // The declared default server (OpenRouter, as upstream config_init) needs its key.
+        (&["process"], "OPENROUTER_API_KEY is not set: the server https://openrouter.ai/api/v1 takes its API key from it"),
+        (
+            &["process", "--openai.base_url", ""],
+            "--openai.base_url is not set",
+        ),
         (
             &[
                 "process",
@@ -363,7 +369,7 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
                 "--env.terminal_backend",
                 "modal",
             ],
-            "terminal_backend 'modal' is not supported",
+            "terminal_backend 'modal' is not supported; supported backends: local, docker; use docker",
         ),
         (
             &[

@@ -218,6 +218,7 @@ fn merge_section(
     warnings: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     for (key, value) in values {
+        let key = &upstream_alias(key, section, fields);
         match fields.iter().find(|f| f.name == key) {
             Some(field) => {
                 let v = coerce(field.shape, value).map_err(|msg| {
@@ -237,6 +238,25 @@ fn merge_section(
         }
     }
     Ok(())
+}
+
+/// Upstream env keys the port has under another name, as (upstream, port); used only when
+/// the environment has no field of the upstream name itself.
+const UPSTREAM_ALIASES: [(&str, &str); 1] = [
+    // terminal-bench-2's cap on concurrent tasks is the port's evaluation concurrency.
+    ("max_concurrent_tasks", "max_eval_workers"),
+];
+
+/// The port's name for an upstream YAML key of `section`.
+fn upstream_alias(key: &str, section: &str, fields: &[FieldSpec]) -> String {
+    if section != "env" || fields.iter().any(|f| f.name == key) {
+        return key.to_owned();
+    }
+    UPSTREAM_ALIASES
+        .iter()
+        .find(|(upstream, _)| *upstream == key)
+        .map_or(key, |(_, port)| port)
+        .to_owned()
 }
 
 fn as_map<'a>(

@@ -54,6 +54,8 @@ config_section! {
         health_check: bool = true,
         /// Environment variable holding the API key when api_key is empty, e.g. OPENROUTER_API_KEY (also read from ./.env); null = OPENAI_API_KEY.
         api_key_env: Option<String> = None,
+        /// Share of this server in upstream's weighted server selection (accepted for compatibility, as upstream Atropos ignores it too; requests are spread over the servers by load).
+        weight: f64 = 1.0,
     }
 }
 
