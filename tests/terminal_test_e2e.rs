@@ -247,7 +247,10 @@ async fn evaluate_writes_config_metrics_and_samples_without_secrets() {
     assert!(!stderr(&out).contains("SECRET"));
 
     let metrics_text = std::fs::read_to_string(dir.join("metrics.json")).unwrap();
-    insta::with_settings!({filters => vec![(r#""total_evaluation_time_seconds": "[0-9.e-]+""#, r#""total_evaluation_time_seconds": "[secs]""#)]}, {
+    insta::with_settings!({filters => vec![
+        (r#""total_evaluation_time_seconds": "[0-9.e-]+""#, r#""total_evaluation_time_seconds": "[secs]""#),
+        (r#""eval/evaluation_time_seconds": [0-9.e-]+"#, r#""eval/evaluation_time_seconds": "[secs]""#),
+    ]}, {
         insta::assert_snapshot!(metrics_text);
     });
 }
