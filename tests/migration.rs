@@ -76,7 +76,7 @@ async fn terminal_test_default_yaml_loads_clean_and_modal_is_refused_in_one_line
     let last = err.lines().last().unwrap_or_default();
     assert_eq!(
         last,
-        "error: terminal_backend 'modal' is not supported; supported backends: local, docker; use docker \
+        "error: terminal_backend 'modal' is not supported; supported backends: local, docker, ssh; use docker \
          (a container per rollout, the same isolation on your own daemon; --env.docker_host reaches a remote one)"
     );
     for backend in ["daytona", "singularity", "ssh-typo"] {
@@ -85,7 +85,7 @@ async fn terminal_test_default_yaml_loads_clean_and_modal_is_refused_in_one_line
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(
-            err.contains(&format!("error: terminal_backend '{backend}' is not supported; supported backends: local, docker;")),
+            err.contains(&format!("error: terminal_backend '{backend}' is not supported; supported backends: local, docker, ssh;")),
             "{err}"
         );
     }

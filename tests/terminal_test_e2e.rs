@@ -372,7 +372,7 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
                 "--env.terminal_backend",
                 "modal",
             ],
-            "terminal_backend 'modal' is not supported; supported backends: local, docker; use docker",
+            "terminal_backend 'modal' is not supported; supported backends: local, docker, ssh; use docker",
         ),
         (
             &[

@@ -145,6 +145,15 @@ pub(crate) async fn docker_backend(
     Ok(provider)
 }
 
+/// Connects the ssh backend from upstream's `TERMINAL_SSH_*` variables.
+pub(crate) async fn ssh_backend(
+    env: &crate::config::HermesEnvConfig,
+) -> anyhow::Result<crate::sandbox::SshProvider> {
+    let settings = crate::sandbox::SshSettings::from_lookup(|name| std::env::var(name).ok())?;
+    let extra = env.container_env.clone().unwrap_or_default();
+    Ok(crate::sandbox::SshProvider::connect(settings, extra).await?)
+}
+
 /// What to do after parsing: run a mode with a resolved config, or a utility subcommand.
 pub enum Resolved {
     /// Run an Atropos mode.
@@ -257,6 +266,7 @@ pub async fn execute<E: Environment>(
                 .with_env(cfg.env.container_env.clone().unwrap_or_default()),
         ),
         "docker" => Arc::new(docker_backend(&cfg.env, desc.name).await?),
+        "ssh" => Arc::new(ssh_backend(&cfg.env).await?),
         other => bail!("{}", unsupported_backend(other)),
     };
     let raw_parser = tool_call_parser(&mut cfg.env);
@@ -414,9 +424,9 @@ pub(crate) fn unsupported_backend(name: &str) -> String {
     let instead = match name {
         "modal" | "daytona" => "use docker (a container per rollout, the same isolation on your own daemon; --env.docker_host reaches a remote one)",
         "singularity" | "apptainer" => "use docker (or podman through --env.docker_host unix:///run/user/UID/podman/podman.sock)",
-        _ => "use docker for isolated rollouts, or local for a scratch directory on this host",
+        _ => "use docker for isolated rollouts, ssh for a remote host, or local for a scratch directory on this host",
     };
-    format!("terminal_backend '{name}' is not supported; supported backends: local, docker; {instead}")
+    format!("terminal_backend '{name}' is not supported; supported backends: local, docker, ssh; {instead}")
 }
 
 /// `--testing` replaces the inference servers by a scripted one; `web_backend auto` then

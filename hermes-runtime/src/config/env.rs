@@ -108,7 +108,7 @@ config_section! {
         system_prompt: Option<String> = None,
         /// Sampling temperature of every agent turn.
         agent_temperature: f64 = 1.0,
-        /// Sandbox backend for tools and reward checks: local (a scratch directory per rollout) or docker (a container per rollout).
+        /// Sandbox backend for tools and reward checks: local (a scratch directory per rollout), docker (a container per rollout) or ssh (a scratch directory per rollout on TERMINAL_SSH_HOST).
         terminal_backend: String = "local".into(),
         /// Default per-command timeout of the terminal tool, in seconds.
         terminal_timeout: i64 = 120,

@@ -11,6 +11,7 @@ mod links;
 mod local;
 mod output;
 mod shell;
+mod ssh;
 mod task;
 mod watched;
 
@@ -23,6 +24,7 @@ pub use bounded::READ_LIMIT;
 pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};
 pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
+pub use ssh::{SshProvider, SshSandbox, SshSettings};
 pub use task::TaskSandbox;
 
 /// One command to run in a sandbox.

@@ -146,6 +146,7 @@ impl<E: Environment> KitBuilder<E> {
                     Arc::new(crate::app::docker_backend(&cfg.env, name).await?),
                     None,
                 ),
+                "ssh" => (Arc::new(crate::app::ssh_backend(&cfg.env).await?), None),
                 other => bail!("{}", crate::app::unsupported_backend(other)),
             };
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
