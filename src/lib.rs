@@ -58,8 +58,7 @@ pub mod __private {
     pub use anyhow;
     pub use hermes_runtime::app::main;
     pub use hermes_runtime::config::{
-        set_default, ConfigSection, DefaultServer, EnvDescriptor, FieldSpec, FlagType,
-        HermesEnvConfig,
+        set_default, ConfigSection, EnvDescriptor, FieldSpec, FlagType, HermesEnvConfig,
     };
     pub use serde;
     pub use std::sync::Arc;

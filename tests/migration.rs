@@ -69,7 +69,13 @@ async fn terminal_test_default_yaml_loads_clean_and_modal_is_refused_in_one_line
     let yaml = fixture("terminal_test_default.yaml");
     let yaml = yaml.to_str().unwrap();
     let key = [("OPENROUTER_API_KEY", "sk-or-test")];
-    let out = run("terminal_test", &["process", "--config", yaml], tmp.path(), &key).await;
+    let out = run(
+        "terminal_test",
+        &["process", "--config", yaml],
+        tmp.path(),
+        &key,
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(unknown_keys(&err), set(&[]), "{err}");
@@ -80,7 +86,13 @@ async fn terminal_test_default_yaml_loads_clean_and_modal_is_refused_in_one_line
          (a container per rollout, the same isolation on your own daemon; --env.docker_host reaches a remote one)"
     );
     for backend in ["daytona", "singularity", "ssh-typo"] {
-        let flags = ["process", "--config", yaml, "--env.terminal_backend", backend];
+        let flags = [
+            "process",
+            "--config",
+            yaml,
+            "--env.terminal_backend",
+            backend,
+        ];
         let out = run("terminal_test", &flags, tmp.path(), &key).await;
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
@@ -119,7 +131,10 @@ async fn terminalbench_2_default_yaml_loads_clean() {
     // max_eval_workers; nothing is unknown. The run stops at the backend, before any task.
     assert_eq!(unknown_keys(&err), set(&[]), "{err}");
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("terminal_backend 'modal' is not supported"), "{err}");
+    assert!(
+        err.contains("terminal_backend 'modal' is not supported"),
+        "{err}"
+    );
 }
 
 /// Runs an upstream file whose environment the port lacks on terminal_test (local backend,
@@ -244,20 +259,34 @@ async fn the_server_key_comes_from_dot_env_and_an_exported_variable_wins() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("loaded 1 variable(s) from .env (OPENROUTER_API_KEY)") && !err.contains("sk-or-from-dotenv"),
+        err.contains("loaded 1 variable(s) from .env (OPENROUTER_API_KEY)")
+            && !err.contains("sk-or-from-dotenv"),
         "{err}"
     );
     let from_file = seen.lock().unwrap().drain(..).collect::<Vec<_>>();
     assert!(!from_file.is_empty());
-    assert!(from_file.iter().all(|a| a.as_deref() == Some("Bearer sk-or-from-dotenv")), "{from_file:?}");
+    assert!(
+        from_file
+            .iter()
+            .all(|a| a.as_deref() == Some("Bearer sk-or-from-dotenv")),
+        "{from_file:?}"
+    );
 
     let exported = [("OPENROUTER_API_KEY", "sk-or-from-shell")];
     let out = run("terminal_test", &flags, tmp.path(), &exported).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(err.contains("already set, kept from the environment: OPENROUTER_API_KEY"), "{err}");
+    assert!(
+        err.contains("already set, kept from the environment: OPENROUTER_API_KEY"),
+        "{err}"
+    );
     let from_shell = seen.lock().unwrap().drain(..).collect::<Vec<_>>();
-    assert!(from_shell.iter().all(|a| a.as_deref() == Some("Bearer sk-or-from-shell")), "{from_shell:?}");
+    assert!(
+        from_shell
+            .iter()
+            .all(|a| a.as_deref() == Some("Bearer sk-or-from-shell")),
+        "{from_shell:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

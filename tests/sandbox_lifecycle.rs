@@ -191,7 +191,11 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     std::thread::sleep(Duration::from_millis(500));
     signal(pid, libc::SIGINT);
     let status = wait_bounded(child, Duration::from_secs(90));
-    assert_eq!(status.code(), Some(130), "runs cancelled by a second signal exit with 130");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "runs cancelled by a second signal exit with 130"
+    );
     assert_eq!(
         containers_of(pid),
         Vec::<String>::new(),

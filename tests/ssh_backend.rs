@@ -82,10 +82,16 @@ async fn start_sshd() -> Sshd {
         .local_addr()
         .unwrap()
         .port();
-    let user = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let user = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
     std::fs::write(
         d.join("sshd_config"),
         format!(
@@ -98,7 +104,11 @@ async fn start_sshd() -> Sshd {
     )
     .unwrap();
     let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-    std::fs::write(d.join("known_hosts"), format!("[127.0.0.1]:{port} {host_pub}")).unwrap();
+    std::fs::write(
+        d.join("known_hosts"),
+        format!("[127.0.0.1]:{port} {host_pub}"),
+    )
+    .unwrap();
     std::fs::write(
         d.join("client_config"),
         format!(
@@ -148,18 +158,35 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
     let provider = SshProvider::connect(sshd.settings(), vec!["PYTHONHASHSEED=0".into()])
         .await
         .unwrap();
-    let sb = provider.create("task/1", &SandboxSpec::default()).await.unwrap();
+    let sb = provider
+        .create("task/1", &SandboxSpec::default())
+        .await
+        .unwrap();
     let dir = sb.workdir().to_owned();
     assert!(dir.contains("hermes-env-task-"), "{dir}");
 
     // Commands run in the scratch dir, `cd` persists, the environment is cleared.
-    let out = sb.exec(req("pwd; echo \"$HOME\"; mkdir sub; cd sub")).await.unwrap();
+    let out = sb
+        .exec(req("pwd; echo \"$HOME\"; mkdir sub; cd sub"))
+        .await
+        .unwrap();
     assert_eq!(out.exit_code, 0);
     assert_eq!(out.output.trim(), format!("{dir}\n{dir}"));
     let out = sb.exec(req("pwd; env | sort")).await.unwrap();
-    assert!(out.output.starts_with(&format!("{dir}/sub\n")), "{}", out.output);
-    assert!(out.output.contains("PYTHONHASHSEED=0") && !out.output.contains("do-not-leak"), "{}", out.output);
-    let out = sb.exec(req("echo out; echo err >&2; exit 3")).await.unwrap();
+    assert!(
+        out.output.starts_with(&format!("{dir}/sub\n")),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains("PYTHONHASHSEED=0") && !out.output.contains("do-not-leak"),
+        "{}",
+        out.output
+    );
+    let out = sb
+        .exec(req("echo out; echo err >&2; exit 3"))
+        .await
+        .unwrap();
     assert_eq!((out.exit_code, out.output.trim()), (3, "out\nerr"));
 
     // A timeout kills the command's whole remote process group.
@@ -167,7 +194,10 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
     slow.timeout = Duration::from_secs(1);
     let out = sb.exec(slow).await.unwrap();
     assert!(out.timed_out && out.exit_code == 124, "{out:?}");
-    let out = sb.exec(req(&format!("{ALIVE} \"$(cat ~/bg.pid)\""))).await.unwrap();
+    let out = sb
+        .exec(req(&format!("{ALIVE} \"$(cat ~/bg.pid)\"")))
+        .await
+        .unwrap();
     assert_eq!(out.output.trim(), "gone");
 
     // Files: atomic writes with parents, binary round trips, directories.
@@ -179,11 +209,18 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
         Err(hermes_env::sandbox::SandboxError::NotFound(_))
     ));
     let host = tempfile::tempdir().unwrap();
-    let blob: Vec<u8> = (0..1_500_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let blob: Vec<u8> = (0..1_500_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(host.path().join("blob.bin"), &blob).unwrap();
-    let sent = sb.upload_file(&host.path().join("blob.bin"), "data/blob.bin").await.unwrap();
+    let sent = sb
+        .upload_file(&host.path().join("blob.bin"), "data/blob.bin")
+        .await
+        .unwrap();
     assert_eq!(sent.bytes, blob.len() as u64);
-    sb.download_file("data/blob.bin", &host.path().join("back.bin")).await.unwrap();
+    sb.download_file("data/blob.bin", &host.path().join("back.bin"))
+        .await
+        .unwrap();
     assert_eq!(std::fs::read(host.path().join("back.bin")).unwrap(), blob);
     std::fs::create_dir_all(host.path().join("tree/inner")).unwrap();
     std::fs::write(host.path().join("tree/inner/x.sh"), "echo hi\n").unwrap();
@@ -192,16 +229,32 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
         .unwrap();
     let out = sb.exec(req("cat ~/tests/inner/x.sh")).await.unwrap();
     assert_eq!(out.output.trim(), "echo hi");
-    let got = sb.download_dir("tests", &host.path().join("got")).await.unwrap();
+    let got = sb
+        .download_dir("tests", &host.path().join("got"))
+        .await
+        .unwrap();
     assert_eq!(got.files, 1);
-    assert_eq!(std::fs::read_to_string(host.path().join("got/inner/x.sh")).unwrap(), "echo hi\n");
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("got/inner/x.sh")).unwrap(),
+        "echo hi\n"
+    );
 
     // Teardown kills what the rollout left running and removes its directory.
-    sb.exec(req("nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/daemon.pid")).await.unwrap();
+    sb.exec(req(
+        "nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/daemon.pid",
+    ))
+    .await
+    .unwrap();
     let pid = String::from_utf8(sb.read_file("daemon.pid").await.unwrap()).unwrap();
     sb.teardown().await.unwrap();
-    let other = provider.create("task/2", &SandboxSpec::default()).await.unwrap();
-    let check = format!("test -e {dir} && echo kept || echo removed; {ALIVE} {}", pid.trim());
+    let other = provider
+        .create("task/2", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let check = format!(
+        "test -e {dir} && echo kept || echo removed; {ALIVE} {}",
+        pid.trim()
+    );
     let out = other.exec(req(&check)).await.unwrap();
     assert_eq!(out.output.trim(), "removed\ngone");
     other.teardown().await.unwrap();
@@ -211,9 +264,19 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
 async fn an_unreachable_host_is_one_clear_error() {
     let sshd = start_sshd().await;
     let mut settings = sshd.settings();
-    settings.port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let err = SshProvider::connect(settings, Vec::new()).await.unwrap_err().to_string();
-    assert!(err.contains("sandbox creation failed") && err.contains("ssh to"), "{err}");
+    settings.port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = SshProvider::connect(settings, Vec::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sandbox creation failed") && err.contains("ssh to"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -229,7 +292,11 @@ async fn terminal_test_check_passes_on_the_ssh_backend() {
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         stdout.trim(),
         "check: 4 items, 4 passed, 0 failed (min score 1) (7 repeated training items skipped)"

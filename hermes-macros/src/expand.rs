@@ -155,9 +155,8 @@ fn env_definition(env: &Env, config: &Ident) -> TokenStream {
         quote_spanned!(value.span()=> ::hermes_env::__private::set_default(&mut #defaults.#field, #value);)
     });
     let servers = (!env.servers.is_empty()).then(|| {
-        let each = env.servers.iter().map(|server| {
-            quote_spanned!(server.span()=> <::hermes_env::__private::DefaultServer as ::core::convert::From<_>>::from(#server))
-        });
+        // Each element is type-checked against `DefaultServer` at its own span.
+        let each = &env.servers;
         quote!(.with_servers(::std::vec![#(#each),*]))
     });
     let own_pattern = if env.fields.iter().any(|f| f.config.is_some()) {

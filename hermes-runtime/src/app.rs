@@ -251,7 +251,10 @@ pub async fn execute<E: Environment>(
     }
     for server in &cfg.servers {
         crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
-        if let Some(missing) = server.missing_key_variable().filter(|_| !cfg.manager.testing) {
+        if let Some(missing) = server
+            .missing_key_variable()
+            .filter(|_| !cfg.manager.testing)
+        {
             bail!("{missing}");
         }
     }

@@ -107,10 +107,19 @@ mod tests {
         let report = load(&path).unwrap().unwrap();
         assert_eq!(report.loaded, ["HERMES_DOTENV_TEST_NEW"]);
         assert_eq!(report.kept, ["HERMES_DOTENV_TEST_SET"]);
-        assert_eq!(std::env::var("HERMES_DOTENV_TEST_NEW").unwrap(), "from-file");
-        assert_eq!(std::env::var("HERMES_DOTENV_TEST_SET").unwrap(), "from-shell");
+        assert_eq!(
+            std::env::var("HERMES_DOTENV_TEST_NEW").unwrap(),
+            "from-file"
+        );
+        assert_eq!(
+            std::env::var("HERMES_DOTENV_TEST_SET").unwrap(),
+            "from-shell"
+        );
         let line = report.describe();
-        assert!(line.contains("HERMES_DOTENV_TEST_NEW") && !line.contains("from-file"), "{line}");
+        assert!(
+            line.contains("HERMES_DOTENV_TEST_NEW") && !line.contains("from-file"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -120,6 +129,9 @@ mod tests {
         let path = dir.path().join(".env");
         std::fs::write(&path, "GOOD=1\nthis is not an assignment\n").unwrap();
         let err = load(&path).unwrap_err().to_string();
-        assert!(err.contains(".env") && err.contains("fix or remove"), "{err}");
+        assert!(
+            err.contains(".env") && err.contains("fix or remove"),
+            "{err}"
+        );
     }
 }

@@ -104,13 +104,10 @@ impl Client {
     /// An ssh command running `words` (quoted for the remote shell) on the host.
     fn command(&self, words: &[&str]) -> Command {
         let mut command = Command::new("ssh");
-        command.args(self.options()).arg("--").arg(
-            words
-                .iter()
-                .map(|w| quote(w))
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        command
+            .args(self.options())
+            .arg("--")
+            .arg(words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "));
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -350,14 +347,26 @@ impl SshSandbox {
     async fn kill_group(&self, pgid: i32) {
         let _ = self
             .client
-            .helper("kill -9 \"-$1\" 2>/dev/null; true", &[&pgid.to_string()], None)
+            .helper(
+                "kill -9 \"-$1\" 2>/dev/null; true",
+                &[&pgid.to_string()],
+                None,
+            )
             .await;
     }
 
     /// Runs `tar -x` at `/` on the host with `tar` on its stdin.
     async fn put_tar(&self, abs: &str, source: PackSource) -> Result<Transfer, SandboxError> {
         let mut command = self.client.command(&[
-            "tar", "-x", "-p", "--no-same-owner", "--no-overwrite-dir", "-f", "-", "-C", "/",
+            "tar",
+            "-x",
+            "-p",
+            "--no-same-owner",
+            "--no-overwrite-dir",
+            "-f",
+            "-",
+            "-C",
+            "/",
         ]);
         command.stdin(Stdio::piped());
         let mut child = self.client.spawn(command)?;
@@ -388,7 +397,9 @@ impl SshSandbox {
         match out.status.code() {
             Some(0) if write_error.is_none() => Ok(packed),
             Some(255) => Err(self.client.gone(stderr)),
-            _ => Err(SandboxError::Io(format!("extracting into {abs} failed: {stderr}"))),
+            _ => Err(SandboxError::Io(format!(
+                "extracting into {abs} failed: {stderr}"
+            ))),
         }
     }
 
@@ -401,34 +412,39 @@ impl SshSandbox {
         let base = abs.rsplit('/').next().unwrap_or("").to_owned();
         let parent = parent_of(abs);
         let script = "if [ ! -e \"$1/$2\" ] && [ ! -L \"$1/$2\" ]; then echo 'hermes: not found' >&2; exit 44; fi; exec tar -c -f - -C \"$1\" -- \"$2\"";
-        let command = self.client.command(&["sh", "-c", script, "hermes", &parent, &base]);
+        let command = self
+            .client
+            .command(&["sh", "-c", script, "hermes", &parent, &base]);
         let mut child = self.client.spawn(command)?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
         let shown = abs.to_owned();
         let state = (Some(stdout), child, stderr, shown);
-        Ok(Box::pin(futures::stream::unfold(state, |(out, mut child, mut err, shown)| async move {
-            let mut out = out?;
-            let mut buf = vec![0u8; 256 * 1024];
-            match out.read(&mut buf).await {
-                Ok(0) | Err(_) => {
-                    let status = child.wait().await.ok().and_then(|s| s.code());
-                    let mut text = String::new();
-                    let _ = err.read_to_string(&mut text).await;
-                    let failure = match status {
-                        Some(0) => None,
-                        Some(44) => Some(SandboxError::NotFound(shown.clone())),
-                        Some(255) => Some(SandboxError::Gone(format!("ssh: {}", text.trim()))),
-                        _ => Some(SandboxError::Io(format!("{shown}: {}", text.trim()))),
-                    };
-                    failure.map(|e| (Err(e), (None, child, err, shown)))
+        Ok(Box::pin(futures::stream::unfold(
+            state,
+            |(out, mut child, mut err, shown)| async move {
+                let mut out = out?;
+                let mut buf = vec![0u8; 256 * 1024];
+                match out.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        let status = child.wait().await.ok().and_then(|s| s.code());
+                        let mut text = String::new();
+                        let _ = err.read_to_string(&mut text).await;
+                        let failure = match status {
+                            Some(0) => None,
+                            Some(44) => Some(SandboxError::NotFound(shown.clone())),
+                            Some(255) => Some(SandboxError::Gone(format!("ssh: {}", text.trim()))),
+                            _ => Some(SandboxError::Io(format!("{shown}: {}", text.trim()))),
+                        };
+                        failure.map(|e| (Err(e), (None, child, err, shown)))
+                    }
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(Bytes::from(buf)), (Some(out), child, err, shown)))
+                    }
                 }
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(Bytes::from(buf)), (Some(out), child, err, shown)))
-                }
-            }
-        })))
+            },
+        )))
     }
 
     /// Downloads `abs` as `target` says, following symbolic links to files.
@@ -654,7 +670,11 @@ mod tests {
             ("TERMINAL_SSH_PORT", "2222"),
             ("TERMINAL_SSH_KEY", "/keys/id"),
         ];
-        let lookup = |n: &str| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string());
+        let lookup = |n: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        };
         let s = SshSettings::from_lookup(lookup).unwrap();
         assert_eq!(s.describe(), "agent@10.0.0.5:2222");
         assert_eq!(s.key.as_deref(), Some(Path::new("/keys/id")));
@@ -663,7 +683,10 @@ mod tests {
         let bad = SshSettings::from_lookup(|n| {
             Some(if n == "TERMINAL_SSH_PORT" { "ssh" } else { "h" }.to_owned())
         });
-        assert!(bad.unwrap_err().to_string().contains("TERMINAL_SSH_PORT 'ssh'"));
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("TERMINAL_SSH_PORT 'ssh'"));
     }
 
     #[test]

@@ -34,15 +34,15 @@ pub use files::{ReadFileTool, WriteFileTool};
 pub use patch::PatchTool;
 pub use process::{cleanup as cleanup_processes, ProcessTool};
 pub use search::SearchFilesTool;
+pub use searxng::SearxngBackend;
+pub use tavily::{TavilyBackend, TAVILY_BASE_URL};
 pub use terminal::TerminalTool;
 pub use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};
 pub use typed::{sandbox_tool, typed_tool, TypedTool};
-pub use searxng::SearxngBackend;
-pub use tavily::{TavilyBackend, TAVILY_BASE_URL};
-pub use web_select::{select as select_web_backend, WebChoice, WEB_BACKENDS};
 pub use web::{
     FakeWebBackend, Page, SearchHit, WebBackend, WebError, WebExtractTool, WebSearchTool,
 };
+pub use web_select::{select as select_web_backend, WebChoice, WEB_BACKENDS};
 
 /// What a tool call can reach: the rollout's sandbox and run settings.
 pub struct ToolCallContext<'a> {

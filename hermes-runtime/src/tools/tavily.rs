@@ -80,7 +80,10 @@ impl WebBackend for TavilyBackend {
     }
 
     async fn extract(&self, url: &str) -> Result<Page, WebError> {
-        let response: ExtractResponse = self.client.post("/extract", &json!({"urls": [url]})).await?;
+        let response: ExtractResponse = self
+            .client
+            .post("/extract", &json!({"urls": [url]}))
+            .await?;
         if let Some(page) = response.results.into_iter().next() {
             // Tavily's extract results carry no title; the URL stands in for it.
             return Ok(Page {
@@ -93,6 +96,8 @@ impl WebBackend for TavilyBackend {
             .into_iter()
             .find_map(|f| f.error)
             .unwrap_or_else(|| "no content returned".into());
-        Err(WebError(format!("tavily could not extract {url}: {reason}")))
+        Err(WebError(format!(
+            "tavily could not extract {url}: {reason}"
+        )))
     }
 }

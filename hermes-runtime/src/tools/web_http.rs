@@ -44,7 +44,10 @@ impl ProviderClient {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<T, WebError> {
-        let mut request = self.http.post(format!("{}{path}", self.base_url)).json(body);
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base_url))
+            .json(body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -63,7 +66,10 @@ impl ProviderClient {
         self.send(self.http.get(url)).await
     }
 
-    async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<T, WebError> {
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, WebError> {
         let name = self.name;
         let response = request
             .send()
@@ -73,11 +79,15 @@ impl ProviderClient {
         if !status.is_success() {
             let body = response.text().await.unwrap_or_default();
             let excerpt: String = body.chars().take(200).collect();
-            return Err(WebError(format!("{name} answered HTTP {status}: {excerpt}")));
+            return Err(WebError(format!(
+                "{name} answered HTTP {status}: {excerpt}"
+            )));
         }
-        response
-            .json::<T>()
-            .await
-            .map_err(|e| WebError(format!("{name} sent an unexpected response: {}", e.without_url())))
+        response.json::<T>().await.map_err(|e| {
+            WebError(format!(
+                "{name} sent an unexpected response: {}",
+                e.without_url()
+            ))
+        })
     }
 }

@@ -31,11 +31,17 @@ pub fn select(
     let tavily = |key: String| -> Result<WebChoice, WebError> {
         let url = base_url.unwrap_or(TAVILY_BASE_URL);
         let backend = TavilyBackend::new(url, key)?;
-        Ok(WebChoice::Backend(Arc::new(backend), format!("tavily at {url}")))
+        Ok(WebChoice::Backend(
+            Arc::new(backend),
+            format!("tavily at {url}"),
+        ))
     };
     let searxng = |url: String| -> Result<WebChoice, WebError> {
         let backend = SearxngBackend::new(&url)?;
-        Ok(WebChoice::Backend(Arc::new(backend), format!("searxng at {url}")))
+        Ok(WebChoice::Backend(
+            Arc::new(backend),
+            format!("searxng at {url}"),
+        ))
     };
     let searxng_url = || base_url.map(str::to_owned).or_else(|| get("SEARXNG_URL"));
     match name {
@@ -143,12 +149,20 @@ mod tests {
         let hits = web.search("frames benchmark", 1).await.unwrap();
         assert_eq!(hits.len(), 1);
         assert_eq!(
-            (hits[0].title.as_str(), hits[0].url.as_str(), hits[0].description.as_str()),
+            (
+                hits[0].title.as_str(),
+                hits[0].url.as_str(),
+                hits[0].description.as_str()
+            ),
             ("Frames", "https://a.example/frames", "about frames")
         );
         let page = web.extract("https://a.example/frames").await.unwrap();
         assert_eq!(page.content, "# Page\nbody text");
-        let err = web.extract("https://a.example/missing").await.unwrap_err().to_string();
+        let err = web
+            .extract("https://a.example/missing")
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("404 page"), "{err}");
         let seen = seen.lock().unwrap();
         assert_eq!(seen[0].0, "/search");
@@ -162,13 +176,21 @@ mod tests {
     async fn provider_errors_name_the_status_and_never_the_key() {
         let app = Router::new().route(
             "/search",
-            post(|| async { (StatusCode::UNAUTHORIZED, "{\"detail\":{\"error\":\"Unauthorized: missing or invalid API key.\"}}") }),
+            post(|| async {
+                (
+                    StatusCode::UNAUTHORIZED,
+                    "{\"detail\":{\"error\":\"Unauthorized: missing or invalid API key.\"}}",
+                )
+            }),
         );
         let url = serve(app).await;
         let env = |_: &str| Some("tvly-secret".to_owned());
         let web = backend(select("tavily", Some(&url), &env).unwrap());
         let err = web.search("q", 5).await.unwrap_err().to_string();
-        assert!(err.contains("tavily answered HTTP 401") && !err.contains("tvly-secret"), "{err}");
+        assert!(
+            err.contains("tavily answered HTTP 401") && !err.contains("tvly-secret"),
+            "{err}"
+        );
     }
 
     #[tokio::test]
@@ -195,9 +217,19 @@ mod tests {
         let web = backend(select("auto", None, &env).unwrap());
         let hits = web.search("rust & tokio", 5).await.unwrap();
         assert_eq!(hits.len(), 2);
-        assert_eq!((hits[1].title.as_str(), hits[1].description.as_str()), ("Two", ""));
-        assert_eq!(seen.lock().unwrap()[0].2, json!({"q": "rust & tokio", "format": "json"}));
-        let err = web.extract("https://a.example/1").await.unwrap_err().to_string();
+        assert_eq!(
+            (hits[1].title.as_str(), hits[1].description.as_str()),
+            ("Two", "")
+        );
+        assert_eq!(
+            seen.lock().unwrap()[0].2,
+            json!({"q": "rust & tokio", "format": "json"})
+        );
+        let err = web
+            .extract("https://a.example/1")
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("only searches"), "{err}");
     }
 
@@ -206,7 +238,10 @@ mod tests {
         let none = |_: &str| None;
         match select("auto", None, &none).unwrap() {
             WebChoice::Hidden(why) => {
-                assert!(why.contains("TAVILY_API_KEY") && why.contains("--env.web_backend fake"), "{why}")
+                assert!(
+                    why.contains("TAVILY_API_KEY") && why.contains("--env.web_backend fake"),
+                    "{why}"
+                )
             }
             WebChoice::Backend(..) => panic!("expected hidden"),
         }

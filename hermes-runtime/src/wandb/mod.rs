@@ -34,8 +34,8 @@
 
 pub mod api;
 mod logger;
-pub mod netrc;
 pub mod metrics;
+pub mod netrc;
 pub mod run_dir;
 mod settings;
 mod sync;

@@ -102,7 +102,10 @@ mod tests {
     fn finds_the_key_wandb_login_writes() {
         let text = "machine github.com login me password gh-token\n\
                     machine api.wandb.ai\n  login user\n  password 0123abcd\n";
-        assert_eq!(password_for(text, "api.wandb.ai").as_deref(), Some("0123abcd"));
+        assert_eq!(
+            password_for(text, "api.wandb.ai").as_deref(),
+            Some("0123abcd")
+        );
         assert_eq!(password_for(text, "wandb.example.com"), None);
     }
 

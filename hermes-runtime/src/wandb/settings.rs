@@ -289,13 +289,23 @@ mod tests {
     fn the_key_wandb_login_saved_is_used_when_the_variable_is_unset() {
         let dir = tempfile::tempdir().unwrap();
         let netrc = dir.path().join("netrc");
-        std::fs::write(&netrc, "machine api.wandb.ai\n  login user\n  password from-netrc\n").unwrap();
+        std::fs::write(
+            &netrc,
+            "machine api.wandb.ai\n  login user\n  password from-netrc\n",
+        )
+        .unwrap();
         let netrc = netrc.to_str().unwrap();
         let key = |s: WandbSettings| s.api_key.map(|k| k.expose().to_owned());
-        assert_eq!(key(settings(&[("NETRC", netrc)]).unwrap()).as_deref(), Some("from-netrc"));
+        assert_eq!(
+            key(settings(&[("NETRC", netrc)]).unwrap()).as_deref(),
+            Some("from-netrc")
+        );
         let home = dir.path().to_str().unwrap();
         std::fs::copy(netrc, dir.path().join(".netrc")).unwrap();
-        assert_eq!(key(settings(&[("HOME", home)]).unwrap()).as_deref(), Some("from-netrc"));
+        assert_eq!(
+            key(settings(&[("HOME", home)]).unwrap()).as_deref(),
+            Some("from-netrc")
+        );
         let both = settings(&[("NETRC", netrc), ("WANDB_API_KEY", "from-env")]).unwrap();
         assert_eq!(key(both).as_deref(), Some("from-env"));
         let other_host = settings(&[("NETRC", netrc), ("WANDB_BASE_URL", "http://127.0.0.1:9")]);
