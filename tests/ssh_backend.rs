@@ -258,6 +258,32 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
     let out = other.exec(req(&check)).await.unwrap();
     assert_eq!(out.output.trim(), "removed\ngone");
     other.teardown().await.unwrap();
+
+    // A sandbox dropped without its teardown (a cancelled rollout) is cleaned up too.
+    let dropped = provider
+        .create("task/3", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let dropped_dir = dropped.workdir().to_owned();
+    dropped
+        .exec(req("nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/d.pid"))
+        .await
+        .unwrap();
+    let pid = String::from_utf8(dropped.read_file("d.pid").await.unwrap()).unwrap();
+    drop(dropped);
+    let last = provider
+        .create("task/4", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let check = format!(
+        "test -e {dropped_dir} && echo kept || echo removed; {ALIVE} {}",
+        pid.trim()
+    );
+    assert_eq!(
+        last.exec(req(&check)).await.unwrap().output.trim(),
+        "removed\ngone"
+    );
+    last.teardown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

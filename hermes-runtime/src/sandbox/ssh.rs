@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,11 @@ const DRAIN_MAX: Duration = Duration::from_millis(500);
 
 /// Limit of the short helper calls (mkdir, kill, rm, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Kills the process groups given after the directory and removes the directory (only a
+/// scratch directory this backend made).
+const TEARDOWN: &str = "d=$1; shift; [ $# -gt 0 ] && kill -9 \"$@\" 2>/dev/null
+case \"$d\" in */hermes-env-task-*) rm -rf -- \"$d\" ;; esac";
 
 /// Symbolic links followed when downloading a file.
 const MAX_LINKS: usize = 8;
@@ -107,13 +113,18 @@ impl Client {
         command
             .args(self.options())
             .arg("--")
-            .arg(words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "));
+            .arg(Self::remote_line(words));
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         command
+    }
+
+    /// The remote command line of `words`, each quoted for the remote shell.
+    fn remote_line(words: &[&str]) -> String {
+        words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
     }
 
     fn options(&self) -> Vec<String> {
@@ -276,6 +287,7 @@ impl SandboxProvider for SshProvider {
             process_groups: Mutex::new(Vec::new()),
             env: self.env.clone(),
             client: Arc::clone(&self.client),
+            torn_down: AtomicBool::new(false),
         }))
     }
 }
@@ -290,6 +302,7 @@ pub struct SshSandbox {
     process_groups: Mutex<Vec<i32>>,
     env: Vec<String>,
     client: Arc<Client>,
+    torn_down: AtomicBool,
 }
 
 /// `/a/./b/../c` → `/a/c`.
@@ -644,17 +657,45 @@ exit $((30 + c))";
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
-        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
-        let pids: Vec<String> = groups.iter().map(|p| format!("-{p}")).collect();
-        let mut args: Vec<&str> = vec![&self.dir];
-        args.extend(pids.iter().map(String::as_str));
-        let script = "d=$1; shift; [ $# -gt 0 ] && kill -9 \"$@\" 2>/dev/null
-case \"$d\" in */hermes-env-task-*) rm -rf -- \"$d\" ;; esac";
-        let (code, _, stderr) = self.client.helper(script, &args, None).await?;
+        let args = self.teardown_args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, stderr) = self.client.helper(TEARDOWN, &args, None).await?;
         if code != 0 {
             return Err(SandboxError::Io(format!("removing {}: {stderr}", self.dir)));
         }
+        self.torn_down.store(true, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+impl SshSandbox {
+    /// The scratch directory and the negated process groups started so far (taken).
+    fn teardown_args(&self) -> Vec<String> {
+        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        std::iter::once(self.dir.clone())
+            .chain(groups.iter().map(|p| format!("-{p}")))
+            .collect()
+    }
+}
+
+impl Drop for SshSandbox {
+    /// A rollout cancelled before its teardown (a second Ctrl-C) still cleans the host: one
+    /// blocking round trip over the master connection.
+    fn drop(&mut self) {
+        if self.torn_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let args = self.teardown_args();
+        let mut words = vec!["sh", "-c", TEARDOWN, "hermes"];
+        words.extend(args.iter().map(String::as_str));
+        let _ = std::process::Command::new("ssh")
+            .args(self.client.options())
+            .arg("--")
+            .arg(Client::remote_line(&words))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 
