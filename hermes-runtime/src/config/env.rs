@@ -181,7 +181,7 @@ config_section! {
         outbox_spool_max_mb: i64 = 256,
         /// Sampling temperature of evaluation rollouts (null = agent_temperature, as upstream terminal-bench-2 evaluates).
         eval_temperature: Option<f64> = None,
-        /// Endpoint of the web backend: required for searxng (e.g. http://localhost:8888), optional for tavily/firecrawl (self-hosted or proxy); null = SEARXNG_URL for searxng, the provider's public API otherwise.
+        /// Endpoint of the web backend: required for searxng (e.g. http://localhost:8888), optional for tavily (a compatible proxy); null = SEARXNG_URL for searxng, the provider's public API otherwise.
         web_base_url: Option<String> = None,
     }
 }
