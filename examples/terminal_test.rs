@@ -65,6 +65,10 @@ fn train_tasks() -> Vec<Task> {
     steps_per_eval = 3,
     total_steps = 3,
     ensure_scores_are_not_same = false,
+    // Upstream evaluated terminal-test at temperature 0; it trains at agent_temperature.
+    eval_temperature = 0.0,
+    // Upstream config_init's server: OpenRouter, key from OPENROUTER_API_KEY (or ./.env).
+    servers = [hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
 )]
 pub struct TerminalTest {
     /// Score for output that contains the expected text but is not an exact match.

@@ -16,7 +16,8 @@
 //!   `{"score": 0..1}` (temperature 0, 150 tokens), or a word-overlap heuristic when the judge
 //!   fails or its answer does not parse (as with `--testing true`, whose scripted server has
 //!   no judge).
-//! * Web backend: `fake` (deterministic pages) is the default, since it is the only one built in.
+//! * Web backend: `auto` — Tavily when `TAVILY_API_KEY` is set, else SearXNG at `SEARXNG_URL`, else the
+//!   web tools are hidden with a warning; `--testing` and `--env.web_backend fake` use canned pages.
 //!
 //! ```text
 //! cargo run --example web_research -- process --testing true --env.total_steps 4
@@ -160,13 +161,16 @@ fn tool_call_names(run: &AgentResult) -> Vec<&str> {
 #[hermes_env(
     name = "web-research",
     toolsets = ["web", "file"],
-    web_backend = "fake",
+    web_backend = "auto",
     dataset_name = "google/frames-benchmark",
     dataset_split = "test",
     max_agent_turns = 15,
     group_size = 4,
     total_steps = 1000,
     steps_per_eval = 100,
+    // Upstream ran web-research's evaluation at temperature 0.
+    eval_temperature = 0.0,
+    servers = [hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
 )]
 pub struct WebResearch {
     /// Weight of the judged correctness.

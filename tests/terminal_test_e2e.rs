@@ -18,6 +18,7 @@ async fn run(args: &[&str], tmp: &Path) -> Output {
         .current_dir(tmp)
         .env("TMPDIR", tmp)
         .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENROUTER_API_KEY")
         // Phase 1 without the default tokenizer, whatever the machine's hub cache or network.
         .env("HF_HUB_OFFLINE", "1")
         .env("HF_HUB_CACHE", tmp.join("empty-hub-cache"))
@@ -246,7 +247,10 @@ async fn evaluate_writes_config_metrics_and_samples_without_secrets() {
     assert!(!stderr(&out).contains("SECRET"));
 
     let metrics_text = std::fs::read_to_string(dir.join("metrics.json")).unwrap();
-    insta::with_settings!({filters => vec![(r#""total_evaluation_time_seconds": "[0-9.e-]+""#, r#""total_evaluation_time_seconds": "[secs]""#)]}, {
+    insta::with_settings!({filters => vec![
+        (r#""total_evaluation_time_seconds": "[0-9.e-]+""#, r#""total_evaluation_time_seconds": "[secs]""#),
+        (r#""eval/evaluation_time_seconds": [0-9.e-]+"#, r#""eval/evaluation_time_seconds": "[secs]""#),
+    ]}, {
         insta::assert_snapshot!(metrics_text);
     });
 }
@@ -354,7 +358,12 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
             &["serve", "--testing", "true"],
             "serve needs trainable tokens",
         ),
-        (&["process"], "--openai.base_url is not set"),
+        // The declared default server (OpenRouter, as upstream config_init) needs its key.
+        (&["process"], "OPENROUTER_API_KEY is not set: the server https://openrouter.ai/api/v1 takes its API key from it"),
+        (
+            &["process", "--openai.base_url", ""],
+            "--openai.base_url is not set",
+        ),
         (
             &[
                 "process",
@@ -363,7 +372,7 @@ async fn usage_errors_are_one_line_with_exit_code_2() {
                 "--env.terminal_backend",
                 "modal",
             ],
-            "terminal_backend 'modal' is not supported",
+            "terminal_backend 'modal' is not supported; supported backends: local, docker, ssh; use docker",
         ),
         (
             &[

@@ -154,6 +154,11 @@ fn env_definition(env: &Env, config: &Ident) -> TokenStream {
         let (field, value) = (&set.field, &set.value);
         quote_spanned!(value.span()=> ::hermes_env::__private::set_default(&mut #defaults.#field, #value);)
     });
+    let servers = (!env.servers.is_empty()).then(|| {
+        // Each element is type-checked against `DefaultServer` at its own span.
+        let each = &env.servers;
+        quote!(.with_servers(::std::vec![#(#each),*]))
+    });
     let own_pattern = if env.fields.iter().any(|f| f.config.is_some()) {
         quote!(#own)
     } else {
@@ -175,6 +180,7 @@ fn env_definition(env: &Env, config: &Ident) -> TokenStream {
                     <::hermes_env::__private::HermesEnvConfig as ::core::default::Default>::default();
                 #(#sets)*
                 ::hermes_env::__private::EnvDescriptor::new::<#config>(#name, #about, #defaults)
+                    #servers
             }
 
             fn from_config(

@@ -82,6 +82,8 @@ pub const SHARED_FIELDS: &[&str] = &[
     "shutdown_grace",
     "outbox_spool_dir",
     "outbox_spool_max_mb",
+    "eval_temperature",
+    "web_base_url",
 ];
 
 /// A checked `#[hermes_env]` struct.
@@ -96,6 +98,8 @@ pub struct Env {
     pub main: bool,
     /// Shared-field defaults from the attribute, in order.
     pub shared: Vec<SharedDefault>,
+    /// Default inference servers from `servers = [...]`, in order (empty = none declared).
+    pub servers: Vec<Expr>,
     /// The struct's fields, in order.
     pub fields: Vec<EnvField>,
 }

@@ -17,7 +17,7 @@ use crate::model::{
 use crate::suggest::closest;
 
 /// `#[hermes_env]` keys that are not shared fields.
-const OWN_KEYS: [&str; 3] = ["name", "main", "toolsets"];
+const OWN_KEYS: [&str; 4] = ["name", "main", "toolsets", "servers"];
 
 /// What `#[hermes_env(…)]` sets.
 struct Settings {
@@ -27,6 +27,8 @@ struct Settings {
     main: Option<bool>,
     /// Shared-field defaults.
     shared: Vec<SharedDefault>,
+    /// `servers = [...]`: the default inference servers, one expression each.
+    servers: Vec<Expr>,
 }
 
 /// Checks a `#[hermes_env(args)]` item.
@@ -84,6 +86,7 @@ pub fn env(args: TokenStream, item: Item) -> Result<Env, Box<RejectedEnv>> {
         about: attr::doc_line(&item.attrs),
         main,
         shared: settings.shared,
+        servers: settings.servers,
         fields,
         item,
     })
@@ -95,6 +98,7 @@ fn settings(args: TokenStream, errors: &mut Errors) -> Settings {
         name: None,
         main: Some(true),
         shared: Vec::new(),
+        servers: Vec::new(),
     };
     let Some(entries) = attr::key_values(args, errors) else {
         settings.main = None;
@@ -133,6 +137,16 @@ fn settings(args: TokenStream, errors: &mut Errors) -> Settings {
                     "`name` must be a string literal, e.g. `name = \"my-env\"`",
                 ),
             },
+            "servers" => match value {
+                Expr::Array(array) if !array.elems.is_empty() => {
+                    settings.servers = array.elems.into_iter().collect();
+                }
+                other => errors.spanned(
+                    &other,
+                    "`servers` must be a non-empty array of server defaults, e.g. \
+                     `servers = [hermes_env::config::DefaultServer::openrouter(\"anthropic/claude-sonnet-4\")]`",
+                ),
+            },
             "main" => match &value {
                 Expr::Lit(ExprLit {
                     lit: Lit::Bool(b), ..
@@ -167,7 +181,7 @@ fn unknown_key(name: &str) -> String {
     ) {
         Some(near) => format!("unknown key `{name}`; did you mean `{near}`?"),
         None => format!(
-            "unknown key `{name}`; expected `name`, `main`, `toolsets` or a shared env field \
+            "unknown key `{name}`; expected `name`, `main`, `toolsets`, `servers` or a shared env field \
              (`group_size`, `max_agent_turns`, `system_prompt`, …)"
         ),
     }
@@ -698,7 +712,7 @@ mod tests {
                 "duplicate key: `enabled_toolsets` and `toolsets` set the same field",
                 "`main` must be `true` or `false`",
                 "`name` must be a string literal, e.g. `name = \"my-env\"`",
-                "unknown key `banana`; expected `name`, `main`, `toolsets` or a shared env field (`group_size`, \
+                "unknown key `banana`; expected `name`, `main`, `toolsets`, `servers` or a shared env field (`group_size`, \
                  `max_agent_turns`, `system_prompt`, …)",
                 "unknown key `toolsets2`; did you mean `toolsets`?",
                 "unknown key `defualt` in #[config]; did you mean `default`?",

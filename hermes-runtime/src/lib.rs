@@ -15,6 +15,7 @@ pub mod config;
 pub mod context;
 pub mod data;
 pub mod diagnostics;
+pub mod dotenv;
 pub mod env;
 pub mod hub;
 pub mod llm;

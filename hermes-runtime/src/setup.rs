@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use tracing::{info, warn};
 
 use crate::config::{HermesEnvConfig, ResolvedConfig};
 use crate::env::Environment;
-use crate::tools::{DistributionSampler, FakeWebBackend, GroupTools, ToolRegistry, ToolSet};
+use crate::tools::{DistributionSampler, GroupTools, ToolRegistry, ToolSet, WebChoice};
 
 /// Constructs the environment from the merged config, runs its `setup` hook and resolves the
 /// tools it offers (built-ins plus its `register_tools`).
@@ -31,12 +31,15 @@ pub fn resolve_tools(
     env: &HermesEnvConfig,
     mut registry: ToolRegistry,
 ) -> anyhow::Result<(ToolSet, Option<GroupTools>)> {
-    match env.web_backend.as_deref() {
-        None => {}
-        Some("fake") => registry = registry.with_web(Arc::new(FakeWebBackend::new())),
-        Some(other) => bail!(
-            "unknown web_backend '{other}'; available: fake (or register a WebBackend in code with ToolRegistry::with_web)"
-        ),
+    if let Some(name) = env.web_backend.as_deref() {
+        let lookup = |var: &str| std::env::var(var).ok();
+        match crate::tools::select_web_backend(name, env.web_base_url.as_deref(), &lookup)? {
+            WebChoice::Backend(backend, which) => {
+                info!("web tools search through {which}");
+                registry = registry.with_web(backend);
+            }
+            WebChoice::Hidden(why) => warn!("{why}"),
+        }
     }
     let (tools, warnings) = registry.resolve(
         env.enabled_toolsets.as_deref(),

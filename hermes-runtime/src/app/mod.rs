@@ -22,9 +22,19 @@ pub use services::Services;
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
+    // Before `protect`, so that keys read from `.env` are remembered as secrets too.
+    let dotenv = crate::dotenv::load_from_cwd();
     crate::own_secrets::protect(&args);
     init_tracing();
     crate::sandbox::docker::watchdog::enable();
+    match dotenv {
+        Ok(Some(report)) => tracing::info!("{}", report.describe()),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let bin = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())

@@ -29,6 +29,8 @@ pub struct RunPlan {
     pub tokenizer: String,
     /// The parser for tool calls in raw model text.
     pub parser: &'static dyn ToolCallParser,
+    /// Its name (`hermes` when the configured one is unknown, as upstream falls back).
+    pub parser_name: String,
     /// Lines to log at WARN before the run starts.
     pub warnings: Vec<String>,
 }
@@ -53,7 +55,19 @@ impl RunPlan {
             Some(ServerType::Vllm | ServerType::Sglang) => Phase::Managed,
             _ => Phase::Chat,
         };
+        if !cfg.manager.testing {
+            if let Some(missing) = cfg.servers.iter().find_map(|s| s.missing_key_variable()) {
+                bail!("{missing}");
+            }
+        }
         let mut warnings = cfg.warnings.clone();
+        let (parser, parser_name) = match parsers::get(&cfg.env.tool_call_parser) {
+            Ok(parser) => (parser, cfg.env.tool_call_parser.clone()),
+            Err(e) => {
+                warnings.push(format!("{e}; falling back to the hermes parser as upstream does (set --env.tool_call_parser to one of the names listed by the `parsers` subcommand)"));
+                (&parsers::HermesParser as &'static dyn ToolCallParser, "hermes".to_owned())
+            }
+        };
         if cfg.mode == Mode::Serve && backend == Backend::Local {
             warnings.push("the local sandbox backend runs the model's commands as this user on this host and network (not isolated); use --env.terminal_backend docker for training".into());
         }
@@ -65,7 +79,8 @@ impl RunPlan {
             backend,
             phase,
             tokenizer: tokenizer_name(cfg, phase)?,
-            parser: parsers::get(&cfg.env.tool_call_parser)?,
+            parser,
+            parser_name,
             warnings,
         })
     }

@@ -42,6 +42,12 @@ impl<E: Environment> Services<E> {
             crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
         }
         let name = E::descriptor().name;
+        cfg.env.tool_call_parser = plan.parser_name.clone();
+        if cfg.manager.testing && cfg.env.web_backend.as_deref() == Some("auto") {
+            // A dry run never reaches a real search provider.
+            info!("--testing: web_backend auto uses the fake web backend (canned results)");
+            cfg.env.web_backend = Some("fake".into());
+        }
         let sandboxes = start_backend(&cfg.env, plan.backend, name).await?.provider;
         let managed = plan.phase == Phase::Managed;
         let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing).await?;

@@ -106,7 +106,7 @@ config_section! {
         distribution: Option<String> = None,
         /// Seed of the distribution sampler (null = random; set it for reproducible runs).
         distribution_seed: Option<i64> = None,
-        /// Web backend for web_search / web_extract: null (web tools hidden) or fake (deterministic, for tests).
+        /// Web backend for web_search / web_extract: null (web tools hidden), auto (tavily if TAVILY_API_KEY is set, else searxng if SEARXNG_URL or web_base_url is, else hidden with a warning), tavily, searxng, or fake (canned results, for tests; --testing turns auto into fake).
         web_backend: Option<String> = None,
         /// With --testing: the scripted server returns tool calls as raw text in tool_call_parser's format.
         testing_raw_tool_calls: bool = false,
@@ -116,7 +116,7 @@ config_section! {
         system_prompt: Option<String> = None,
         /// Sampling temperature of every agent turn.
         agent_temperature: f64 = 1.0,
-        /// Sandbox backend for tools and reward checks: local (a scratch directory per rollout) or docker (a container per rollout).
+        /// Sandbox backend for tools and reward checks: local (a scratch directory per rollout), docker (a container per rollout) or ssh (a scratch directory per rollout on TERMINAL_SSH_HOST).
         terminal_backend: String = "local".into(),
         /// Default per-command timeout of the terminal tool, in seconds.
         terminal_timeout: i64 = 120,
@@ -189,6 +189,10 @@ config_section! {
         outbox_spool_dir: Option<String> = None,
         /// serve: size limit of the spooled outbox in MiB; the oldest groups beyond it are dropped (counted as lost).
         outbox_spool_max_mb: i64 = 256,
+        /// Sampling temperature of evaluation rollouts (null = agent_temperature, as upstream terminal-bench-2 evaluates).
+        eval_temperature: Option<f64> = None,
+        /// Endpoint of the web backend: required for searxng (e.g. http://localhost:8888), optional for tavily (a compatible proxy); null = SEARXNG_URL for searxng, the provider's public API otherwise.
+        web_base_url: Option<String> = None,
     }
 }
 
@@ -200,5 +204,10 @@ impl HermesEnvConfig {
         } else {
             (self.max_num_workers_per_node.max(1) as usize) * servers.max(1)
         }
+    }
+
+    /// The temperature evaluation rollouts sample at: `eval_temperature`, else `agent_temperature`.
+    pub fn eval_temperature(&self) -> f64 {
+        self.eval_temperature.unwrap_or(self.agent_temperature)
     }
 }

@@ -1,6 +1,7 @@
 //! Configuration: typed sections, their flags, YAML layering and the CLI.
 
 pub mod cli;
+mod default_server;
 mod env;
 pub mod flags;
 pub mod redact;
@@ -8,6 +9,7 @@ mod resolve;
 mod section;
 mod server;
 
+pub use default_server::{DefaultServer, OPENROUTER_BASE_URL};
 pub use env::{EvalHandling, HermesEnvConfig};
 pub use flags::{FieldSpec, FlagShape, FlagType, ScalarKind};
 pub use resolve::{manager_fields, resolve, EnvDescriptor, FlagValues, Mode, ResolvedConfig};

@@ -43,6 +43,9 @@ pub struct EnvDescriptor {
     pub own_fields: Vec<FieldSpec>,
     /// Defaults of the environment's own fields.
     pub own_defaults: Map<String, Value>,
+    /// The environment's default inference servers (`#[hermes_env(servers = [...])]`);
+    /// empty = one server with `ApiServerConfig`'s defaults.
+    pub servers: Vec<super::DefaultServer>,
 }
 
 impl EnvDescriptor {
@@ -62,7 +65,31 @@ impl EnvDescriptor {
             defaults,
             own_fields: C::fields(),
             own_defaults,
+            servers: Vec::new(),
         }
+    }
+
+    /// Declares the environment's default inference servers (upstream `config_init`'s list).
+    pub fn with_servers(mut self, servers: Vec<super::DefaultServer>) -> Self {
+        self.servers = servers;
+        self
+    }
+
+    /// The default server maps: the declared servers over `ApiServerConfig`'s defaults, or one
+    /// plain default server.
+    fn server_defaults(&self) -> Vec<Map<String, Value>> {
+        let plain = to_map(&ApiServerConfig::default());
+        if self.servers.is_empty() {
+            return vec![plain];
+        }
+        self.servers
+            .iter()
+            .map(|server| {
+                let mut map = plain.clone();
+                map.extend(server.fields().clone());
+                map
+            })
+            .collect()
     }
 
     /// Shared fields followed by the environment's own fields.
@@ -191,6 +218,7 @@ fn merge_section(
     warnings: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
     for (key, value) in values {
+        let key = &upstream_alias(key, section, fields);
         match fields.iter().find(|f| f.name == key) {
             Some(field) => {
                 let v = coerce(field.shape, value).map_err(|msg| {
@@ -210,6 +238,25 @@ fn merge_section(
         }
     }
     Ok(())
+}
+
+/// Upstream env keys the port has under another name, as (upstream, port); used only when
+/// the environment has no field of the upstream name itself.
+const UPSTREAM_ALIASES: [(&str, &str); 1] = [
+    // terminal-bench-2's cap on concurrent tasks is the port's evaluation concurrency.
+    ("max_concurrent_tasks", "max_eval_workers"),
+];
+
+/// The port's name for an upstream YAML key of `section`.
+fn upstream_alias(key: &str, section: &str, fields: &[FieldSpec]) -> String {
+    if section != "env" || fields.iter().any(|f| f.name == key) {
+        return key.to_owned();
+    }
+    UPSTREAM_ALIASES
+        .iter()
+        .find(|(upstream, _)| *upstream == key)
+        .map_or(key, |(_, port)| port)
+        .to_owned()
 }
 
 fn as_map<'a>(
@@ -235,8 +282,8 @@ pub fn resolve(
     let server_fields = ApiServerConfig::fields();
     let mut warnings = Vec::new();
     let mut env_map = desc.env_defaults(mode);
-    let server_default = to_map(&ApiServerConfig::default());
-    let mut servers = vec![server_default.clone()];
+    let declared = desc.server_defaults();
+    let mut servers = declared.clone();
     let mut manager = to_map(&ManagerConfig::default());
     let mut yaml_server_list = 0usize;
 
@@ -267,9 +314,12 @@ pub fn resolve(
                     if !entries.is_empty() {
                         servers = entries
                             .iter()
-                            .map(|entry| {
-                                let mut server = server_default.clone();
+                            .enumerate()
+                            .map(|(i, entry)| {
+                                // Entry i is merged over declared default i (or the last one).
+                                let mut server = declared[i.min(declared.len() - 1)].clone();
                                 let values = as_map(entry, "openai", &yaml)?;
+                                forget_key_variable_on_move(&mut server, values);
                                 merge_section(
                                     &mut server,
                                     values,
@@ -311,6 +361,7 @@ pub fn resolve(
                  set the field in each YAML entry instead"
             )));
         }
+        forget_key_variable_on_move(&mut servers[0], &flags.openai);
         servers[0].extend(flags.openai);
     }
     manager.extend(flags.manager);
@@ -352,6 +403,18 @@ pub fn resolve(
         manager,
         warnings,
     })
+}
+
+/// A declared default server's key variable (say `OPENROUTER_API_KEY`) belongs to its
+/// `base_url`: when `overrides` point the server elsewhere without naming a key variable, the
+/// variable is dropped so that key is never sent to another host.
+fn forget_key_variable_on_move(server: &mut Map<String, Value>, overrides: &Map<String, Value>) {
+    let moved = overrides
+        .get("base_url")
+        .is_some_and(|url| Some(url) != server.get("base_url"));
+    if moved && !overrides.contains_key("api_key_env") {
+        server.insert("api_key_env".into(), Value::Null);
+    }
 }
 
 /// Field specs of the un-namespaced manager flags.

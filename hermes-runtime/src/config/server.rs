@@ -52,6 +52,10 @@ config_section! {
         n_kwarg_is_ignored: bool = false,
         /// Check the server before the run (GET /health on vllm/sglang, else or without it GET /v1/models): a failing server is marked down, none passing stops the run.
         health_check: bool = true,
+        /// Environment variable holding the API key when api_key is empty, e.g. OPENROUTER_API_KEY (also read from ./.env); null = OPENAI_API_KEY.
+        api_key_env: Option<String> = None,
+        /// Share of this server in upstream's weighted server selection (accepted for compatibility, as upstream Atropos ignores it too; requests are spread over the servers by load).
+        weight: f64 = 1.0,
     }
 }
 
@@ -73,12 +77,24 @@ impl std::fmt::Debug for ApiServerConfig {
 }
 
 impl ApiServerConfig {
-    /// The key to send: `api_key`, else `OPENAI_API_KEY`, else none.
+    /// The key to send: `api_key`, else the `api_key_env` variable (only that one, so another
+    /// provider's key is never sent), else `OPENAI_API_KEY`, else none.
     pub fn resolved_api_key(&self) -> Option<String> {
-        self.api_key.clone().filter(|k| !k.is_empty()).or_else(|| {
-            std::env::var("OPENAI_API_KEY")
-                .ok()
-                .filter(|k| !k.is_empty())
+        let variable = self.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY");
+        self.api_key
+            .clone()
+            .filter(|k| !k.is_empty())
+            .or_else(|| std::env::var(variable).ok().filter(|k| !k.is_empty()))
+    }
+
+    /// The one-line start-up error when the server names a key variable that is not set.
+    pub fn missing_key_variable(&self) -> Option<String> {
+        let variable = self.api_key_env.as_deref()?;
+        self.resolved_api_key().is_none().then(|| {
+            format!(
+                "{variable} is not set: the server {} takes its API key from it; export it or put                  {variable}=... in ./.env (or set --openai.api_key_env / --openai.base_url for another server)",
+                self.base_url().unwrap_or("(no base_url)")
+            )
         })
     }
 

@@ -143,6 +143,7 @@ pub async fn run_evaluate<A: EnvAccess>(
         scored.iter().map(|s| s.score).sum::<f64>() / n.max(1.0),
     );
     metrics.insert("eval/num_samples".into(), n);
+    metrics.insert("eval/evaluation_time_seconds".into(), took.as_secs_f64());
     for kind in FailureKind::ALL {
         metrics.insert(
             format!("eval/rollout_failures_{}", kind.as_str()),
@@ -248,9 +249,10 @@ fn write_results<I: Serialize>(
         "config_general": {
             "model_name": model_name,
             "total_evaluation_time_seconds": python_float_repr(took.as_secs_f64()),
+            // What the eval rollouts really sampled with, under upstream terminal-bench-2's keys.
             "generation_parameters": {
-                "max_new_tokens": config.max_token_length,
-                "temperature": 0.0,
+                "temperature": config.eval_temperature(),
+                "max_tokens": config.max_token_length,
                 "max_agent_turns": config.max_agent_turns,
                 "terminal_backend": config.terminal_backend,
             },

@@ -117,13 +117,13 @@ impl Runtime {
         }
     }
 
-    /// Loop settings for the split (eval runs at temperature 0).
+    /// Loop settings for the split (eval samples at `eval_temperature`, default `agent_temperature`).
     pub fn agent_settings(&self, split: Split) -> AgentSettings {
         let c = &self.config;
         AgentSettings {
             max_turns: c.max_agent_turns.max(1) as u32,
             temperature: if split == Split::Eval {
-                0.0
+                c.eval_temperature()
             } else {
                 c.agent_temperature
             },

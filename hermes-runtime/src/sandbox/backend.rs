@@ -16,6 +16,8 @@ pub enum Backend {
     Local,
     /// A container per rollout on the Docker daemon.
     Docker,
+    /// A scratch directory per rollout on a remote host over SSH (upstream's `TERMINAL_SSH_*`).
+    Ssh,
 }
 
 impl Backend {
@@ -24,9 +26,21 @@ impl Backend {
         match env.terminal_backend.as_str() {
             "local" => Ok(Backend::Local),
             "docker" => Ok(Backend::Docker),
-            other => anyhow::bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
+            "ssh" => Ok(Backend::Ssh),
+            other => anyhow::bail!("{}", unsupported_backend(other)),
         }
     }
+}
+
+/// The one-line refusal of a `terminal_backend` this build has no backend for, naming the
+/// supported ones and what to use instead of the upstream backend named.
+fn unsupported_backend(name: &str) -> String {
+    let instead = match name {
+        "modal" | "daytona" => "use docker (a container per rollout, the same isolation on your own daemon; --env.docker_host reaches a remote one)",
+        "singularity" | "apptainer" => "use docker (or podman through --env.docker_host unix:///run/user/UID/podman/podman.sock)",
+        _ => "use docker for isolated rollouts, ssh for a remote host, or local for a scratch directory on this host",
+    };
+    format!("terminal_backend '{name}' is not supported; supported backends: local, docker, ssh; {instead}")
 }
 
 /// A started sandbox backend, and the root of its scratch directories when it is the local one.
@@ -59,7 +73,18 @@ pub async fn start_backend(
             provider: Arc::new(docker_backend(env, name).await?),
             local_root: None,
         },
+        Backend::Ssh => StartedBackend {
+            provider: Arc::new(ssh_backend(env).await?),
+            local_root: None,
+        },
     })
+}
+
+/// Connects the ssh backend from upstream's `TERMINAL_SSH_*` variables.
+async fn ssh_backend(env: &HermesEnvConfig) -> anyhow::Result<super::SshProvider> {
+    let settings = super::SshSettings::from_lookup(|name| std::env::var(name).ok())?;
+    let extra = env.container_env.clone().unwrap_or_default();
+    Ok(super::SshProvider::connect(settings, extra).await?)
 }
 
 /// Connects the Docker backend and removes orphans that earlier runs left behind.

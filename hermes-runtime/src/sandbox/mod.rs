@@ -12,6 +12,7 @@ mod links;
 mod local;
 mod output;
 mod shell;
+mod ssh;
 mod task;
 pub mod tripwire;
 mod watched;
@@ -26,6 +27,7 @@ pub use bounded::READ_LIMIT;
 pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};
 pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
+pub use ssh::{SshProvider, SshSandbox, SshSettings};
 pub use task::TaskSandbox;
 
 /// One command to run in a sandbox.

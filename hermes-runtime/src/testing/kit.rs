@@ -98,10 +98,14 @@ impl<E: Environment> KitBuilder<E> {
         let mut argv: Vec<OsString> = vec![name.into(), "process".into()];
         argv.extend(self.args);
         let desc = E::descriptor();
-        let cfg = match parse(name, &desc, &[], argv)? {
+        let mut cfg = match parse(name, &desc, &[], argv)? {
             Invocation::Run(mode, flags) => crate::config::resolve(&desc, mode, *flags)?,
             _ => bail!("the kit's arguments must be flags of the process mode"),
         };
+        if self.upstream.is_none() && cfg.env.web_backend.as_deref() == Some("auto") {
+            // Scripted inference, canned web: a kit run never reaches a real provider.
+            cfg.env.web_backend = Some("fake".into());
+        }
         let (server, base_url, references) = match self.upstream {
             Some(url) => (None, url, None),
             None => {

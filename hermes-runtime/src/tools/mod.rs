@@ -7,10 +7,14 @@ mod files;
 mod patch;
 mod process;
 mod search;
+mod searxng;
+mod tavily;
 mod terminal;
 mod todo;
 mod typed;
 mod web;
+mod web_http;
+mod web_select;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,12 +34,15 @@ pub use files::{ReadFileTool, WriteFileTool};
 pub use patch::PatchTool;
 pub use process::{cleanup as cleanup_processes, tracked_pids, ProcessTool};
 pub use search::SearchFilesTool;
+pub use searxng::SearxngBackend;
+pub use tavily::{TavilyBackend, TAVILY_BASE_URL};
 pub use terminal::TerminalTool;
 pub use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};
 pub use typed::{sandbox_tool, typed_tool, TypedTool};
 pub use web::{
     FakeWebBackend, Page, SearchHit, WebBackend, WebError, WebExtractTool, WebSearchTool,
 };
+pub use web_select::{select as select_web_backend, WebChoice, WEB_BACKENDS};
 
 /// What a tool call can reach: the rollout's sandbox and run settings.
 pub struct ToolCallContext<'a> {

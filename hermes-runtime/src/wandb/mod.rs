@@ -35,6 +35,7 @@
 pub mod api;
 mod logger;
 pub mod metrics;
+pub mod netrc;
 pub mod run_dir;
 mod settings;
 mod sync;

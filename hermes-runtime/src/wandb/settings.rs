@@ -174,7 +174,9 @@ impl WandbSettings {
         };
         Ok(WandbSettings {
             mode,
-            api_key: get("WANDB_API_KEY").map(|k| ApiKey::new(k.trim())),
+            api_key: get("WANDB_API_KEY")
+                .or_else(|| netrc_key(&get, &base_url))
+                .map(|k| ApiKey::new(k.trim())),
             base_url,
             entity: get("WANDB_ENTITY"),
             project: get("WANDB_PROJECT"),
@@ -189,6 +191,13 @@ impl WandbSettings {
     pub fn app_url(&self) -> String {
         self.base_url.replace("://api.wandb.ai", "://wandb.ai")
     }
+}
+
+/// The key `wandb login` saved in the netrc file for the API host, when `WANDB_API_KEY` is unset.
+fn netrc_key(get: &dyn Fn(&str) -> Option<String>, base_url: &str) -> Option<String> {
+    let path = super::netrc::path(get)?;
+    let text = std::fs::read_to_string(path).ok()?;
+    super::netrc::password_for(&text, super::netrc::host_of(base_url))
 }
 
 /// `{stem}-{YYYY-MM-DD}-{6 random lowercase letters}` (local date), Atropos's run name.
@@ -274,6 +283,33 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("WANDB_MODE"));
+    }
+
+    #[test]
+    fn the_key_wandb_login_saved_is_used_when_the_variable_is_unset() {
+        let dir = tempfile::tempdir().unwrap();
+        let netrc = dir.path().join("netrc");
+        std::fs::write(
+            &netrc,
+            "machine api.wandb.ai\n  login user\n  password from-netrc\n",
+        )
+        .unwrap();
+        let netrc = netrc.to_str().unwrap();
+        let key = |s: WandbSettings| s.api_key.map(|k| k.expose().to_owned());
+        assert_eq!(
+            key(settings(&[("NETRC", netrc)]).unwrap()).as_deref(),
+            Some("from-netrc")
+        );
+        let home = dir.path().to_str().unwrap();
+        std::fs::copy(netrc, dir.path().join(".netrc")).unwrap();
+        assert_eq!(
+            key(settings(&[("HOME", home)]).unwrap()).as_deref(),
+            Some("from-netrc")
+        );
+        let both = settings(&[("NETRC", netrc), ("WANDB_API_KEY", "from-env")]).unwrap();
+        assert_eq!(key(both).as_deref(), Some("from-env"));
+        let other_host = settings(&[("NETRC", netrc), ("WANDB_BASE_URL", "http://127.0.0.1:9")]);
+        assert!(other_host.unwrap().api_key.is_none());
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct Task {
     eval_handling = EvalHandling::LimitTrain,
     max_reasoning_tokens = 4000,
     min_batch_allocation = 0.25,
+    servers = [
+        hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4"),
+        hermes_env::config::DefaultServer::openai("http://localhost:9001/v1", "local"),
+    ],
 )]
 pub struct TerminalTest {
     /// Appended to prompts.
@@ -82,6 +86,13 @@ fn main() {
 
     let d = TerminalTest::descriptor();
     assert_eq!(d.name, "terminal-test");
+    assert_eq!(
+        d.servers,
+        [
+            hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4"),
+            hermes_env::config::DefaultServer::openai("http://localhost:9001/v1", "local"),
+        ]
+    );
     assert_eq!(
         d.about,
         "Terminal tasks verified by reading a file. Second paragraph."

@@ -1,0 +1,330 @@
+//! The ssh backend against a real `sshd` (Debian's openssh-server, installed by the test when
+//! missing) that the test starts on 127.0.0.1 with its own host key, authorized key and config:
+//! key-only login bound to loopback, nothing reachable from outside.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use hermes_env::sandbox::{ExecRequest, SandboxProvider, SandboxSpec, SshProvider, SshSettings};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running sshd and the client files that reach it.
+struct Sshd {
+    _child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+    user: String,
+}
+
+impl Sshd {
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("client_key")
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("client_config")
+    }
+
+    /// The upstream variables (plus the client config) that point the backend at this sshd.
+    fn vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("TERMINAL_SSH_HOST", "127.0.0.1".into()),
+            ("TERMINAL_SSH_PORT", self.port.to_string()),
+            ("TERMINAL_SSH_USER", self.user.clone()),
+            ("TERMINAL_SSH_KEY", self.key().display().to_string()),
+            ("TERMINAL_SSH_CONFIG", self.config().display().to_string()),
+        ]
+    }
+
+    fn settings(&self) -> SshSettings {
+        let vars = self.vars();
+        SshSettings::from_lookup(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()))
+            .unwrap()
+    }
+}
+
+fn keygen(path: &Path) {
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .expect("run ssh-keygen");
+    assert!(status.success(), "ssh-keygen failed");
+}
+
+async fn start_sshd() -> Sshd {
+    common::ensure_debian_package("sshd", "openssh-server");
+    let sshd = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v sshd"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::create_dir_all("/run/sshd").expect("sshd's privilege separation directory");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    keygen(&d.join("host_key"));
+    keygen(&d.join("client_key"));
+    std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let user = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nAllowUsers {user}\nUsePAM no\n\
+             StrictModes no\nX11Forwarding no\nAllowTcpForwarding no\nPermitUserEnvironment no\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+    std::fs::write(
+        d.join("known_hosts"),
+        format!("[127.0.0.1]:{port} {host_pub}"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("client_config"),
+        format!(
+            "Host *\n  UserKnownHostsFile {}/known_hosts\n  GlobalKnownHostsFile /dev/null\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(&sshd)
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start sshd");
+    // sshd says when it listens; wait for that line (or its exit, with its message).
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    loop {
+        match lines.next_line().await.unwrap() {
+            Some(line) if line.contains("Server listening on 127.0.0.1") => break,
+            Some(line) => log.push_str(&format!("{line}\n")),
+            None => panic!("sshd exited before listening:\n{log}"),
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Sshd {
+        _child: child,
+        dir,
+        port,
+        user,
+    }
+}
+
+/// Prints `alive` or `gone` for pid `$1` (a zombie counts as gone: a container's pid 1 may
+/// never reap the children of killed processes).
+const ALIVE: &str = "sh -c 's=$(cut -d\" \" -f3 /proc/$1/stat 2>/dev/null); if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo alive; else echo gone; fi' alive";
+
+fn req(command: &str) -> ExecRequest {
+    ExecRequest::new(command, Duration::from_secs(30))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
+    let sshd = start_sshd().await;
+    std::env::set_var("HERMES_TEST_HOST_SECRET", "do-not-leak");
+    let provider = SshProvider::connect(sshd.settings(), vec!["PYTHONHASHSEED=0".into()])
+        .await
+        .unwrap();
+    let sb = provider
+        .create("task/1", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let dir = sb.workdir().to_owned();
+    assert!(dir.contains("hermes-env-task-"), "{dir}");
+
+    // Commands run in the scratch dir, `cd` persists, the environment is cleared.
+    let out = sb
+        .exec(req("pwd; echo \"$HOME\"; mkdir sub; cd sub"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.output.trim(), format!("{dir}\n{dir}"));
+    let out = sb.exec(req("pwd; env | sort")).await.unwrap();
+    assert!(
+        out.output.starts_with(&format!("{dir}/sub\n")),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains("PYTHONHASHSEED=0") && !out.output.contains("do-not-leak"),
+        "{}",
+        out.output
+    );
+    let out = sb
+        .exec(req("echo out; echo err >&2; exit 3"))
+        .await
+        .unwrap();
+    assert_eq!((out.exit_code, out.output.trim()), (3, "out\nerr"));
+
+    // A timeout kills the command's whole remote process group.
+    let mut slow = req("sleep 300 & echo $! > ~/bg.pid; sleep 300");
+    slow.timeout = Duration::from_secs(1);
+    let out = sb.exec(slow).await.unwrap();
+    assert!(out.timed_out && out.exit_code == 124, "{out:?}");
+    let out = sb
+        .exec(req(&format!("{ALIVE} \"$(cat ~/bg.pid)\"")))
+        .await
+        .unwrap();
+    assert_eq!(out.output.trim(), "gone");
+
+    // Files: atomic writes with parents, binary round trips, directories.
+    assert!(sb.write_file("a/b/c.txt", b"hello").await.unwrap());
+    assert!(!sb.write_file("a/b/c.txt", b"hello again").await.unwrap());
+    assert_eq!(sb.read_file("~/a/b/c.txt").await.unwrap(), b"hello again");
+    assert!(matches!(
+        sb.read_file("missing.txt").await,
+        Err(hermes_env::sandbox::SandboxError::NotFound(_))
+    ));
+    let host = tempfile::tempdir().unwrap();
+    let blob: Vec<u8> = (0..1_500_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(host.path().join("blob.bin"), &blob).unwrap();
+    let sent = sb
+        .upload_file(&host.path().join("blob.bin"), "data/blob.bin")
+        .await
+        .unwrap();
+    assert_eq!(sent.bytes, blob.len() as u64);
+    sb.download_file("data/blob.bin", &host.path().join("back.bin"))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(host.path().join("back.bin")).unwrap(), blob);
+    std::fs::create_dir_all(host.path().join("tree/inner")).unwrap();
+    std::fs::write(host.path().join("tree/inner/x.sh"), "echo hi\n").unwrap();
+    sb.upload_dir(&host.path().join("tree"), &format!("{dir}/tests"))
+        .await
+        .unwrap();
+    let out = sb.exec(req("cat ~/tests/inner/x.sh")).await.unwrap();
+    assert_eq!(out.output.trim(), "echo hi");
+    let got = sb
+        .download_dir("tests", &host.path().join("got"))
+        .await
+        .unwrap();
+    assert_eq!(got.files, 1);
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("got/inner/x.sh")).unwrap(),
+        "echo hi\n"
+    );
+
+    // Teardown kills what the rollout left running and removes its directory.
+    sb.exec(req(
+        "nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/daemon.pid",
+    ))
+    .await
+    .unwrap();
+    let pid = String::from_utf8(sb.read_file("daemon.pid").await.unwrap()).unwrap();
+    sb.teardown().await.unwrap();
+    let other = provider
+        .create("task/2", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let check = format!(
+        "test -e {dir} && echo kept || echo removed; {ALIVE} {}",
+        pid.trim()
+    );
+    let out = other.exec(req(&check)).await.unwrap();
+    assert_eq!(out.output.trim(), "removed\ngone");
+    other.teardown().await.unwrap();
+
+    // A sandbox dropped without its teardown (a cancelled rollout) is cleaned up too.
+    let dropped = provider
+        .create("task/3", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let dropped_dir = dropped.workdir().to_owned();
+    dropped
+        .exec(req("nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/d.pid"))
+        .await
+        .unwrap();
+    let pid = String::from_utf8(dropped.read_file("d.pid").await.unwrap()).unwrap();
+    drop(dropped);
+    let last = provider
+        .create("task/4", &SandboxSpec::default())
+        .await
+        .unwrap();
+    let check = format!(
+        "test -e {dropped_dir} && echo kept || echo removed; {ALIVE} {}",
+        pid.trim()
+    );
+    assert_eq!(
+        last.exec(req(&check)).await.unwrap().output.trim(),
+        "removed\ngone"
+    );
+    last.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_host_is_one_clear_error() {
+    let sshd = start_sshd().await;
+    let mut settings = sshd.settings();
+    settings.port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = SshProvider::connect(settings, Vec::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sandbox creation failed") && err.contains("ssh to"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminal_test_check_passes_on_the_ssh_backend() {
+    let sshd = start_sshd().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(common::example_bin("terminal_test"))
+        .args(["check", "--limit", "10", "--env.terminal_backend", "ssh"])
+        .envs(sshd.vars())
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "check: 4 items, 4 passed, 0 failed (min score 1) (7 repeated training items skipped)"
+    );
+}
