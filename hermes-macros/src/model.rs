@@ -82,6 +82,8 @@ pub const SHARED_FIELDS: &[&str] = &[
     "shutdown_grace",
     "outbox_spool_dir",
     "outbox_spool_max_mb",
+    "docker_hosts",
+    "max_containers_per_host",
 ];
 
 /// A checked `#[hermes_env]` struct.

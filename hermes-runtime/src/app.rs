@@ -131,17 +131,27 @@ async fn cleanup_sandboxes() {
     }
 }
 
-/// Connects the Docker backend and removes orphans that earlier runs left behind.
+/// Connects the Docker backend (one daemon, or every host of `--env.docker_hosts`) and removes
+/// orphans that earlier runs left behind on each.
 pub(crate) async fn docker_backend(
     env: &crate::config::HermesEnvConfig,
     name: &str,
-) -> anyhow::Result<crate::sandbox::DockerProvider> {
+) -> anyhow::Result<Arc<dyn crate::sandbox::SandboxProvider>> {
     let settings = crate::sandbox::DockerSettings::from_config(env, name);
+    if !settings.hosts.is_empty() {
+        let hosts = crate::sandbox::docker::DockerHosts::connect(settings).await?;
+        for docker in hosts.dockers() {
+            crate::sandbox::docker::reaper::reap(docker, false)
+                .await
+                .context("start-up reaper")?;
+        }
+        return Ok(Arc::new(hosts));
+    }
     let provider = crate::sandbox::DockerProvider::connect(settings).await?;
     crate::sandbox::docker::reaper::reap(provider.docker(), false)
         .await
         .context("start-up reaper")?;
-    Ok(provider)
+    Ok(Arc::new(provider))
 }
 
 /// What to do after parsing: run a mode with a resolved config, or a utility subcommand.
@@ -249,7 +259,7 @@ pub async fn execute<E: Environment>(
                 .context("cannot create the local sandbox root")?
                 .with_env(cfg.env.container_env.clone().unwrap_or_default()),
         ),
-        "docker" => Arc::new(docker_backend(&cfg.env, desc.name).await?),
+        "docker" => docker_backend(&cfg.env, desc.name).await?,
         other => bail!("terminal_backend '{other}' is not supported (modal, ssh, singularity and daytona have no backend here); use --env.terminal_backend local or docker"),
     };
     let raw_parser = crate::parsers::get(&cfg.env.tool_call_parser)?;

@@ -189,6 +189,10 @@ config_section! {
         outbox_spool_dir: Option<String> = None,
         /// serve: size limit of the spooled outbox in MiB; the oldest groups beyond it are dropped (counted as lost).
         outbox_spool_max_mb: i64 = 256,
+        /// Docker daemons sandboxes are spread over, e.g. ["unix:///var/run/docker.sock", "tcp://10.0.0.2:2375", "tcp://10.0.0.3:2376?tls=/certs/b"]; null = the one daemon of docker_host.
+        docker_hosts: Option<Vec<String>> = None,
+        /// Sandboxes alive at once on each of the docker_hosts (0 = the daemon's memory divided by container_memory_mb, at least its CPU count).
+        max_containers_per_host: i64 = 0,
     }
 }
 

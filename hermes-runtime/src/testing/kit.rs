@@ -138,10 +138,7 @@ impl<E: Environment> KitBuilder<E> {
                     let root = provider.root().to_path_buf();
                     (Arc::new(provider), Some(root))
                 }
-                "docker" => (
-                    Arc::new(crate::app::docker_backend(&cfg.env, name).await?),
-                    None,
-                ),
+                "docker" => (crate::app::docker_backend(&cfg.env, name).await?, None),
                 other => bail!("terminal_backend '{other}' is not supported; use local or docker"),
             };
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;

@@ -87,14 +87,18 @@ async fn keep(docker: Docker, spec: LeaseSpec, mut attached: Attached) {
             spec.owner.run_id
         );
         drop(attached);
+        let mut failures = 0u32;
         attached = loop {
             match attach_new(&docker, &spec).await {
                 Ok(a) => break a,
-                Err(e) => {
-                    warn!("cannot start a new sandbox lease: {e}; retrying in 1 s");
-                    tokio::time::sleep(RETRY_AFTER).await;
+                // A daemon that is down stays down for a while: one warning, then quiet.
+                Err(e) if failures == 0 => {
+                    warn!("cannot start a new sandbox lease: {e}; retrying every second");
                 }
+                Err(e) => debug!("cannot start a new sandbox lease: {e}"),
             }
+            failures += 1;
+            tokio::time::sleep(RETRY_AFTER).await;
         };
     }
 }
