@@ -7,7 +7,7 @@
 //! Needs root, `dockerd` and the sandbox image. Run: `cargo bench --bench hosts`.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::sync::Arc;

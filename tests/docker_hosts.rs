@@ -27,6 +27,17 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Runs an async test body alone, on a runtime of its own.
+fn serially(body: impl std::future::Future<Output = ()>) {
+    let _serial = serial();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(body);
+}
+
 fn on(hosts: &[&Dockerd], per_host: usize) -> DockerSettings {
     DockerSettings {
         hosts: hosts.iter().map(|d| d.host.clone()).collect(),
@@ -61,130 +72,133 @@ async fn until(limit: Duration, what: &str, cond: impl Fn() -> bool) -> Duration
     start.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn placement_fills_both_hosts_and_a_hung_host_is_left_then_cleaned_on_return() {
-    let _serial = serial();
-    let a = Dockerd::start("place-a");
-    let b = Dockerd::start("place-b");
-    let hosts = DockerHosts::connect(on(&[&a, &b], 3))
-        .await
-        .expect("connect two hosts");
-    let spec = SandboxSpec::default();
-    let mut first: Vec<Arc<dyn Sandbox>> = Vec::new();
-    for i in 0..4 {
-        let s = hosts.create(&format!("t{i}"), &spec).await.expect("create");
-        assert_eq!(echo(s.as_ref()).await.expect("exec"), "ok");
-        first.push(s);
-    }
-    assert_eq!(hosts.in_use(), [2, 2], "free room spreads the sandboxes");
-    assert_eq!((sandboxes(&a), sandboxes(&b)), (2, 2));
-
-    // A host that hangs (SIGSTOP: connections stay open, nothing answers).
-    let pid = b.pid();
-    // SAFETY: signalling the daemon this test started.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let took = until(Duration::from_secs(10), "marking b down", || {
-        hosts.up() == [true, false]
-    })
-    .await;
-    eprintln!("hung host marked down after {took:?}");
-    let mut failed = 0;
-    for s in &first {
-        let result = tokio::time::timeout(Duration::from_secs(5), echo(s.as_ref()))
+#[test]
+fn placement_fills_both_hosts_and_a_hung_host_is_left_then_cleaned_on_return() {
+    serially(async {
+        let a = Dockerd::start("place-a");
+        let b = Dockerd::start("place-b");
+        let hosts = DockerHosts::connect(on(&[&a, &b], 3))
             .await
-            .expect("an op on a down host fails at once, it does not hang");
-        if let Err(e) = result {
-            assert!(e.is_infra(), "an infrastructure failure: {e}");
-            assert!(e.to_string().contains(&b.host), "{e}");
-            failed += 1;
+            .expect("connect two hosts");
+        let spec = SandboxSpec::default();
+        let mut first: Vec<Arc<dyn Sandbox>> = Vec::new();
+        for i in 0..4 {
+            let s = hosts.create(&format!("t{i}"), &spec).await.expect("create");
+            assert_eq!(echo(s.as_ref()).await.expect("exec"), "ok");
+            first.push(s);
         }
-    }
-    assert_eq!(failed, 2, "b's two sandboxes fail, a's two work");
-    // New sandboxes go to a only; a's third place is the last one.
-    let extra = hosts.create("t-extra", &spec).await.expect("create on a");
-    assert_eq!(echo(extra.as_ref()).await.expect("exec on a"), "ok");
-    assert_eq!(sandboxes(&a), 3);
-    drop(first);
-    drop(extra);
+        assert_eq!(hosts.in_use(), [2, 2], "free room spreads the sandboxes");
+        assert_eq!((sandboxes(&a), sandboxes(&b)), (2, 2));
 
-    // b answers again: what this run kept there is removed before b takes new sandboxes.
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    until(Duration::from_secs(30), "b coming back", || {
-        hosts.up() == [true, true]
-    })
-    .await;
-    assert_eq!(sandboxes(&b), 0, "b kept sandboxes after its return");
-    let again: Vec<Arc<dyn Sandbox>> = futures::future::join_all((0..4).map(|i| {
-        let hosts = &hosts;
-        async move {
-            hosts
-                .create(&format!("r{i}"), &SandboxSpec::default())
+        // A host that hangs (SIGSTOP: connections stay open, nothing answers).
+        let pid = b.pid();
+        // SAFETY: signalling the daemon this test started.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let took = until(Duration::from_secs(10), "marking b down", || {
+            hosts.up() == [true, false]
+        })
+        .await;
+        eprintln!("hung host marked down after {took:?}");
+        let mut failed = 0;
+        for s in &first {
+            let result = tokio::time::timeout(Duration::from_secs(5), echo(s.as_ref()))
                 .await
+                .expect("an op on a down host fails at once, it does not hang");
+            if let Err(e) = result {
+                assert!(e.is_infra(), "an infrastructure failure: {e}");
+                assert!(e.to_string().contains(&b.host), "{e}");
+                failed += 1;
+            }
         }
-    }))
-    .await
-    .into_iter()
-    .map(|r| r.expect("create after the return"))
-    .collect();
-    assert!(
-        hosts.in_use()[1] > 0,
-        "b takes sandboxes again: {:?}",
-        hosts.in_use()
-    );
-    for s in &again {
-        assert_eq!(echo(s.as_ref()).await.expect("exec"), "ok");
-        s.teardown().await.expect("teardown");
-    }
-    drop(again);
-    drop(hosts);
+        assert_eq!(failed, 2, "b's two sandboxes fail, a's two work");
+        // New sandboxes go to a only; a's third place is the last one.
+        let extra = hosts.create("t-extra", &spec).await.expect("create on a");
+        assert_eq!(echo(extra.as_ref()).await.expect("exec on a"), "ok");
+        assert_eq!(sandboxes(&a), 3);
+        drop(first);
+        drop(extra);
+
+        // b answers again: what this run kept there is removed before b takes new sandboxes.
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        until(Duration::from_secs(30), "b coming back", || {
+            hosts.up() == [true, true]
+        })
+        .await;
+        assert_eq!(sandboxes(&b), 0, "b kept sandboxes after its return");
+        let again: Vec<Arc<dyn Sandbox>> = futures::future::join_all((0..4).map(|i| {
+            let hosts = &hosts;
+            async move {
+                hosts
+                    .create(&format!("r{i}"), &SandboxSpec::default())
+                    .await
+            }
+        }))
+        .await
+        .into_iter()
+        .map(|r| r.expect("create after the return"))
+        .collect();
+        assert!(
+            hosts.in_use()[1] > 0,
+            "b takes sandboxes again: {:?}",
+            hosts.in_use()
+        );
+        for s in &again {
+            assert_eq!(echo(s.as_ref()).await.expect("exec"), "ok");
+            s.teardown().await.expect("teardown");
+        }
+        drop(again);
+        drop(hosts);
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_without_the_image_is_named_with_the_fix() {
-    let _serial = serial();
-    let a = Dockerd::start("noimage");
-    let err = DockerHosts::connect(DockerSettings {
-        image: "hermes-env/not-loaded:latest".into(),
-        ..on(&[&a], 2)
-    })
-    .await
-    .expect_err("the image is missing there");
-    let message = err.to_string();
-    assert!(message.contains(&a.host), "{message}");
-    assert!(
-        message.contains(&format!(
-            "docker save hermes-env/not-loaded:latest | docker -H {} load",
-            a.host
-        )),
-        "{message}"
-    );
-    assert!(!message.contains('\n'), "one line: {message}");
+#[test]
+fn a_host_without_the_image_is_named_with_the_fix() {
+    serially(async {
+        let a = Dockerd::start("noimage");
+        let err = DockerHosts::connect(DockerSettings {
+            image: "hermes-env/not-loaded:latest".into(),
+            ..on(&[&a], 2)
+        })
+        .await
+        .expect_err("the image is missing there");
+        let message = err.to_string();
+        assert!(message.contains(&a.host), "{message}");
+        assert!(
+            message.contains(&format!(
+                "docker save hermes-env/not-loaded:latest | docker -H {} load",
+                a.host
+            )),
+            "{message}"
+        );
+        assert!(!message.contains('\n'), "one line: {message}");
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_every_host_down_creation_fails_at_once() {
-    let _serial = serial();
-    let a = Dockerd::start("alldown");
-    let hosts = DockerHosts::connect(on(&[&a], 2)).await.expect("connect");
-    // SAFETY: signalling the daemon this test started.
-    unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
-    until(Duration::from_secs(10), "marking a down", || {
-        hosts.up() == [false]
-    })
-    .await;
-    let result = tokio::time::timeout(
-        Duration::from_secs(5),
-        hosts.create("t", &SandboxSpec::default()),
-    )
-    .await
-    .expect("no wait for a place");
-    // SAFETY: as above.
-    unsafe { libc::kill(a.pid(), libc::SIGCONT) };
-    let e = result.err().expect("no host to place on");
-    assert!(e.is_infra(), "{e}");
-    assert!(e.to_string().contains("every Docker host is down"), "{e}");
-    assert!(e.to_string().contains(&a.host), "{e}");
+#[test]
+fn with_every_host_down_creation_fails_at_once() {
+    serially(async {
+        let a = Dockerd::start("alldown");
+        let hosts = DockerHosts::connect(on(&[&a], 2)).await.expect("connect");
+        // SAFETY: signalling the daemon this test started.
+        unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
+        until(Duration::from_secs(10), "marking a down", || {
+            hosts.up() == [false]
+        })
+        .await;
+        let result = tokio::time::timeout(
+            Duration::from_secs(5),
+            hosts.create("t", &SandboxSpec::default()),
+        )
+        .await
+        .expect("no wait for a place");
+        // SAFETY: as above.
+        unsafe { libc::kill(a.pid(), libc::SIGCONT) };
+        let e = result.err().expect("no host to place on");
+        assert!(e.is_infra(), "{e}");
+        assert!(e.to_string().contains("every Docker host is down"), "{e}");
+        assert!(e.to_string().contains(&a.host), "{e}");
+    });
 }
 
 #[test]
