@@ -202,6 +202,31 @@ fn with_every_host_down_creation_fails_at_once() {
 }
 
 #[test]
+fn a_tls_host_takes_sandboxes_with_its_own_certificates() {
+    serially(async {
+        let a = Dockerd::start_tls("tls");
+        assert!(a.host.contains("?tls="), "{}", a.host);
+        let hosts = DockerHosts::connect(on(&[&a], 2))
+            .await
+            .expect("connect over mutual TLS");
+        let s = hosts
+            .create("t", &SandboxSpec::default())
+            .await
+            .expect("create over TLS");
+        assert_eq!(echo(s.as_ref()).await.expect("exec over TLS"), "ok");
+        s.teardown().await.expect("teardown");
+        assert_eq!(sandboxes(&a), 0);
+        // Without the client certificate the daemon refuses the connection.
+        let plain = DockerHosts::connect(DockerSettings {
+            hosts: vec![a.host.split('?').next().unwrap().to_owned()],
+            ..on(&[&a], 2)
+        })
+        .await;
+        assert!(plain.is_err(), "a plain client was let in");
+    });
+}
+
+#[test]
 fn a_run_survives_a_host_killed_mid_run_at_full_reward() {
     let _serial = serial();
     let a = Dockerd::start("run-a");

@@ -19,6 +19,8 @@ pub struct Dockerd {
     dir: PathBuf,
     exec_root: PathBuf,
     namespace: String,
+    /// Server certificates when the TCP endpoint speaks TLS (see [`Dockerd::start_tls`]).
+    tls: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -26,6 +28,17 @@ impl Dockerd {
     /// Starts a daemon named `name` (unique within the test binary) and loads the sandbox
     /// image into it (`docker save | docker -H … load`).
     pub fn start(name: &str) -> Dockerd {
+        Self::start_with(name, false)
+    }
+
+    /// Like [`Dockerd::start`], with the TCP endpoint behind mutual TLS (certificates made
+    /// with `openssl` for this daemon): `host` is `tcp://127.0.0.1:PORT?tls=DIR`, DIR holding
+    /// the client's `ca.pem`, `cert.pem` and `key.pem`.
+    pub fn start_tls(name: &str) -> Dockerd {
+        Self::start_with(name, true)
+    }
+
+    fn start_with(name: &str, tls: bool) -> Dockerd {
         require_docker();
         let tag = format!("{name}-{}", std::process::id());
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dockerd-{tag}"));
@@ -35,8 +48,17 @@ impl Dockerd {
         std::fs::create_dir_all(&dir).expect("daemon directory");
         std::fs::write(dir.join("daemon.json"), "{}").expect("empty daemon config");
         let port = free_port();
+        let tls = tls.then(|| make_certs(&dir));
+        let host = match &tls {
+            Some(_) => format!(
+                "tcp://127.0.0.1:{port}?tls={}",
+                dir.join("client").display()
+            ),
+            None => format!("tcp://127.0.0.1:{port}"),
+        };
         let mut d = Dockerd {
-            host: format!("tcp://127.0.0.1:{port}"),
+            tls,
+            host,
             socket: format!("unix://{}/sock", dir.display()),
             dir,
             exec_root,
@@ -75,7 +97,8 @@ impl Dockerd {
             .arg(&self.exec_root)
             .arg("--pidfile")
             .arg(self.dir.join("pid"))
-            .args(["-H", &self.socket, "-H", &self.host])
+            .args(["-H", &self.socket, "-H", self.tcp()])
+            .args(self.tls_args())
             .args(["--bridge", "none", "--iptables=false"])
             .args(["--containerd-namespace", &self.namespace])
             .args([
@@ -116,6 +139,24 @@ impl Dockerd {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The TCP address the daemon listens on (without the client's `?tls=`).
+    fn tcp(&self) -> &str {
+        self.host.split('?').next().unwrap_or_default()
+    }
+
+    fn tls_args(&self) -> Vec<String> {
+        let Some(server) = &self.tls else {
+            return Vec::new();
+        };
+        let file = |f: &str| server.join(f).display().to_string();
+        vec![
+            "--tlsverify".into(),
+            format!("--tlscacert={}", file("ca.pem")),
+            format!("--tlscert={}", file("cert.pem")),
+            format!("--tlskey={}", file("key.pem")),
+        ]
     }
 
     /// Kills the daemon with SIGKILL (a host lost without warning); its containers' processes
@@ -215,6 +256,39 @@ impl Drop for Dockerd {
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_dir_all(&self.exec_root);
     }
+}
+
+/// A CA, a server certificate for 127.0.0.1 (in `dir/server`) and a client certificate (in
+/// `dir/client`), each directory with `ca.pem`, `cert.pem` and `key.pem`; returns the server's.
+fn make_certs(dir: &Path) -> PathBuf {
+    let script = r#"
+set -e
+mkdir -p server client
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca-key.pem -out ca.pem
+openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server/key.pem -out server.csr
+printf 'subjectAltName=IP:127.0.0.1
+extendedKeyUsage=serverAuth
+' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile server.ext -out server/cert.pem
+openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout client/key.pem -out client.csr
+printf 'extendedKeyUsage=clientAuth
+' > client.ext
+openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile client.ext -out client/cert.pem
+cp ca.pem server/ca.pem
+cp ca.pem client/ca.pem
+"#;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run openssl (the TLS test needs it): {e}"));
+    assert!(
+        out.status.success(),
+        "making test certificates with openssl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join("server")
 }
 
 fn free_port() -> u16 {

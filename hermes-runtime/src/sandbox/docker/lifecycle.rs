@@ -491,6 +491,13 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_query_names_the_host_s_certificate_directory() {
+        let (address, dir) = split_tls("tcp://10.0.0.3:2376?tls=/certs/c");
+        assert_eq!(address, "tcp://10.0.0.3:2376");
+        assert_eq!(dir, Some(std::path::PathBuf::from("/certs/c")));
+    }
+
+    #[test]
     fn owner_round_trips_through_labels() {
         let me = Owner::new_run();
         let labels: HashMap<String, String> = me
