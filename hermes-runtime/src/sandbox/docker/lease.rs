@@ -23,6 +23,9 @@ use super::lifecycle::{
 use super::{create_error, LABEL_CREATED, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, ROLE_LEASE};
 use crate::sandbox::SandboxError;
 
+/// Name prefix of every lease container.
+pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";
+
 /// How long to wait before starting a new lease after one failed to start.
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -106,7 +109,7 @@ async fn keep(docker: Docker, spec: LeaseSpec, mut attached: Attached) {
 /// Creates, attaches to and starts a lease container.
 async fn attach_new(docker: &Docker, spec: &LeaseSpec) -> Result<Attached, SandboxError> {
     let name = format!(
-        "hermes-lease-{}-{}",
+        "{LEASE_PREFIX}{}-{}",
         &spec.owner.run_id[..12.min(spec.owner.run_id.len())],
         &uuid::Uuid::new_v4().simple().to_string()[..6]
     );

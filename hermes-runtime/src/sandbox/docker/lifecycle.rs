@@ -275,7 +275,7 @@ pub async fn remove_live_at(docker: &Docker, host: &str) -> usize {
     let names: Vec<String> = lock(&REGISTRY.live)
         .iter()
         // Its lease, if it survived, is this run's own and stays.
-        .filter(|(n, e)| e.host == host && !n.starts_with("hermes-lease-"))
+        .filter(|(n, e)| e.host == host && !n.starts_with(super::lease::LEASE_PREFIX))
         .map(|(n, _)| n.clone())
         .collect();
     let mut removed = 0;
