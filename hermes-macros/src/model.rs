@@ -84,6 +84,8 @@ pub const SHARED_FIELDS: &[&str] = &[
     "outbox_spool_max_mb",
     "eval_temperature",
     "web_base_url",
+    "docker_hosts",
+    "max_containers_per_host",
 ];
 
 /// A checked `#[hermes_env]` struct.

@@ -3,6 +3,7 @@
 
 pub mod atropos;
 pub mod docker;
+pub mod dockerd;
 pub mod proxy;
 
 use std::path::PathBuf;

@@ -65,7 +65,10 @@ impl RunPlan {
             Ok(parser) => (parser, cfg.env.tool_call_parser.clone()),
             Err(e) => {
                 warnings.push(format!("{e}; falling back to the hermes parser as upstream does (set --env.tool_call_parser to one of the names listed by the `parsers` subcommand)"));
-                (&parsers::HermesParser as &'static dyn ToolCallParser, "hermes".to_owned())
+                (
+                    &parsers::HermesParser as &'static dyn ToolCallParser,
+                    "hermes".to_owned(),
+                )
             }
         };
         if cfg.mode == Mode::Serve && backend == Backend::Local {

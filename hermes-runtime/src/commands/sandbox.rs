@@ -20,7 +20,8 @@ pub fn command() -> Command {
                 .long("docker-host")
                 .value_name("URL")
                 .global(true)
-                .help("Docker daemon address (default: DOCKER_HOST or the local socket)"),
+                .action(ArgAction::Append)
+                .help("Docker daemon address, repeatable for every host of --env.docker_hosts (default: DOCKER_HOST or the local socket)"),
         )
         .subcommand(
             Command::new("list")
@@ -44,13 +45,35 @@ pub fn command() -> Command {
         )
 }
 
-/// Runs `sandbox list` or `sandbox reap`.
+/// Runs `sandbox list` or `sandbox reap` on every `--docker-host` given (one after another,
+/// each headed by its address when there are several), or the hidden `sandbox watch`.
 pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
-    let host = matches.get_one::<String>("docker_host").map(String::as_str);
-    let (docker, endpoint) = Endpoint::connect(host).await?;
+    let hosts: Vec<Option<&str>> = match matches.get_many::<String>("docker_host") {
+        Some(given) => given.map(|h| Some(h.as_str())).collect(),
+        None => vec![None],
+    };
+    let several = hosts.len() > 1;
+    for host in hosts {
+        let (docker, endpoint) = Endpoint::connect(host).await?;
+        if several && !matches!(matches.subcommand_name(), Some("watch")) {
+            println!("host {}:", endpoint.host);
+        }
+        run_on(matches, &docker, &endpoint).await?;
+        if matches!(matches.subcommand_name(), Some("watch")) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn run_on(
+    matches: &ArgMatches,
+    docker: &bollard::Docker,
+    endpoint: &Endpoint,
+) -> anyhow::Result<()> {
     match matches.subcommand() {
         Some(("list", _)) => {
-            let containers = reaper::list(&docker)
+            let containers = reaper::list(docker)
                 .await
                 .with_context(|| format!("listing containers at {}", endpoint.host))?;
             print!(
@@ -59,7 +82,9 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
             );
         }
         Some(("reap", sub)) => {
-            let removed = reaper::reap(&docker, sub.get_flag("all")).await?;
+            let removed = reaper::reap(docker, sub.get_flag("all"))
+                .await
+                .with_context(|| format!("reaping at {}", endpoint.host))?;
             for c in &removed {
                 println!("removed {} (task {}, {})", c.name, c.task_id, c.state);
             }
@@ -67,7 +92,7 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
         }
         Some(("watch", sub)) => {
             let run_id = sub.get_one::<String>("run_id").map_or("", String::as_str);
-            let watched = watchdog::watch(&docker, run_id).await?;
+            let watched = watchdog::watch(docker, run_id).await?;
             if !watched.clean && watched.removed > 0 {
                 // Its parent may be gone with the terminal: a failed write is no error.
                 let _ = writeln!(

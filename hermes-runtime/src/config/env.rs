@@ -193,6 +193,10 @@ config_section! {
         eval_temperature: Option<f64> = None,
         /// Endpoint of the web backend: required for searxng (e.g. http://localhost:8888), optional for tavily (a compatible proxy); null = SEARXNG_URL for searxng, the provider's public API otherwise.
         web_base_url: Option<String> = None,
+        /// Docker daemons sandboxes are spread over, e.g. ["unix:///var/run/docker.sock", "tcp://10.0.0.2:2375", "tcp://10.0.0.3:2376?tls=/certs/b"]; null = the one daemon of docker_host.
+        docker_hosts: Option<Vec<String>> = None,
+        /// Sandboxes alive at once on each of the docker_hosts (0 = the daemon's memory divided by container_memory_mb, at least its CPU count; no limit when container_memory_mb is 0).
+        max_containers_per_host: i64 = 0,
     }
 }
 

@@ -70,7 +70,7 @@ pub async fn start_backend(
             }
         }
         Backend::Docker => StartedBackend {
-            provider: Arc::new(docker_backend(env, name).await?),
+            provider: docker_backend(env, name).await?,
             local_root: None,
         },
         Backend::Ssh => StartedBackend {
@@ -87,15 +87,25 @@ async fn ssh_backend(env: &HermesEnvConfig) -> anyhow::Result<super::SshProvider
     Ok(super::SshProvider::connect(settings, extra).await?)
 }
 
-/// Connects the Docker backend and removes orphans that earlier runs left behind.
+/// Connects the Docker backend (one daemon, or every host of `--env.docker_hosts`) and removes
+/// orphans that earlier runs left behind on each.
 async fn docker_backend(
     env: &HermesEnvConfig,
     name: &str,
-) -> anyhow::Result<super::DockerProvider> {
+) -> anyhow::Result<Arc<dyn SandboxProvider>> {
     let settings = super::DockerSettings::from_config(env, name);
+    if !settings.hosts.is_empty() {
+        let hosts = super::docker::DockerHosts::connect(settings).await?;
+        for docker in hosts.dockers() {
+            super::docker::reaper::reap(docker, false)
+                .await
+                .context("start-up reaper")?;
+        }
+        return Ok(Arc::new(hosts));
+    }
     let provider = super::DockerProvider::connect(settings).await?;
     super::docker::reaper::reap(provider.docker(), false)
         .await
         .context("start-up reaper")?;
-    Ok(provider)
+    Ok(Arc::new(provider))
 }

@@ -23,6 +23,9 @@ use super::lifecycle::{
 use super::{create_error, LABEL_CREATED, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, ROLE_LEASE};
 use crate::sandbox::SandboxError;
 
+/// Name prefix of every lease container.
+pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";
+
 /// How long to wait before starting a new lease after one failed to start.
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -87,14 +90,18 @@ async fn keep(docker: Docker, spec: LeaseSpec, mut attached: Attached) {
             spec.owner.run_id
         );
         drop(attached);
+        let mut failures = 0u32;
         attached = loop {
             match attach_new(&docker, &spec).await {
                 Ok(a) => break a,
-                Err(e) => {
-                    warn!("cannot start a new sandbox lease: {e}; retrying in 1 s");
-                    tokio::time::sleep(RETRY_AFTER).await;
+                // A daemon that is down stays down for a while: one warning, then quiet.
+                Err(e) if failures == 0 => {
+                    warn!("cannot start a new sandbox lease: {e}; retrying every second");
                 }
+                Err(e) => debug!("cannot start a new sandbox lease: {e}"),
             }
+            failures += 1;
+            tokio::time::sleep(RETRY_AFTER).await;
         };
     }
 }
@@ -102,7 +109,7 @@ async fn keep(docker: Docker, spec: LeaseSpec, mut attached: Attached) {
 /// Creates, attaches to and starts a lease container.
 async fn attach_new(docker: &Docker, spec: &LeaseSpec) -> Result<Attached, SandboxError> {
     let name = format!(
-        "hermes-lease-{}-{}",
+        "{LEASE_PREFIX}{}-{}",
         &spec.owner.run_id[..12.min(spec.owner.run_id.len())],
         &uuid::Uuid::new_v4().simple().to_string()[..6]
     );

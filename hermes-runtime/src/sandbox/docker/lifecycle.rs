@@ -54,19 +54,33 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// A client for this endpoint (no request is made).
+    /// A client for this endpoint (no request is made): `unix://` sockets, plain `tcp://`, and
+    /// TLS for `tcp://…?tls=DIR` (that host's `ca.pem`/`cert.pem`/`key.pem`) or, with
+    /// `DOCKER_TLS_VERIFY` set, for every `tcp://` host (certificates in `DOCKER_CERT_PATH`,
+    /// else `~/.docker`).
     pub fn client(&self) -> Result<Docker, SandboxError> {
         let version = ClientVersion {
             major_version: self.version.0,
             minor_version: self.version.1,
         };
-        let result = if self.host.starts_with("unix://") {
-            Docker::connect_with_unix(&self.host, 120, &version)
-        } else if self.host.starts_with("tcp://") || self.host.starts_with("http://") {
-            Docker::connect_with_http(&self.host, 120, &version)
+        let (address, tls) = split_tls(&self.host);
+        let result = if address.starts_with("unix://") {
+            Docker::connect_with_unix(address, 120, &version)
+        } else if let Some(dir) = tls.filter(|_| address.starts_with("tcp://")) {
+            Docker::connect_with_ssl(
+                address,
+                &dir.join("key.pem"),
+                &dir.join("cert.pem"),
+                &dir.join("ca.pem"),
+                120,
+                &version,
+            )
+        } else if address.starts_with("tcp://") || address.starts_with("http://") {
+            Docker::connect_with_http(address, 120, &version)
         } else {
             return Err(SandboxError::Daemon(format!(
-                "unsupported DOCKER_HOST '{}' (use unix:// or tcp://)",
+                "unsupported Docker host '{}' (use unix://PATH, tcp://HOST:PORT or \
+                 tcp://HOST:PORT?tls=CERT_DIR)",
                 self.host
             )));
         };
@@ -103,6 +117,25 @@ impl Endpoint {
         };
         Ok((docker, endpoint))
     }
+}
+
+/// Splits `tcp://host:port?tls=DIR` into the address and the certificate directory; without
+/// `?tls=`, the directory is `DOCKER_CERT_PATH` (else `~/.docker`) when `DOCKER_TLS_VERIFY` is
+/// set to anything but `0` or empty.
+fn split_tls(host: &str) -> (&str, Option<std::path::PathBuf>) {
+    if let Some((address, dir)) = host.split_once("?tls=") {
+        return (address, Some(dir.into()));
+    }
+    let verify = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0");
+    let dir = verify.then(|| {
+        std::env::var_os("DOCKER_CERT_PATH")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                    .join(".docker")
+            })
+    });
+    (host, dir)
 }
 
 /// Who owns a container: the run id (what the reaper judges by) and, for display and for
@@ -233,6 +266,29 @@ pub fn unregister(name: &str) {
 /// Names of the containers this process currently owns.
 pub fn live_names() -> Vec<String> {
     lock(&REGISTRY.live).keys().cloned().collect()
+}
+
+/// Removes every container this process registered on the daemon `host` (a host that answers
+/// again after an outage: what its sandboxes' guards could not remove then); returns how many
+/// were removed.
+pub async fn remove_live_at(docker: &Docker, host: &str) -> usize {
+    let names: Vec<String> = lock(&REGISTRY.live)
+        .iter()
+        // Its lease, if it survived, is this run's own and stays.
+        .filter(|(n, e)| e.host == host && !n.starts_with(super::lease::LEASE_PREFIX))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut removed = 0;
+    for name in names {
+        match remove_container(docker, &name).await {
+            Ok(()) => {
+                unregister(&name);
+                removed += 1;
+            }
+            Err(e) => warn!("{e}"),
+        }
+    }
+    removed
 }
 
 /// Removes a container (force, with its anonymous volumes); a container that is already gone
@@ -432,6 +488,13 @@ mod tests {
         assert_eq!(a.run_id.len(), 32);
         assert_eq!((a.pid, a.start), (b.pid, b.start));
         assert!(a.start > 0);
+    }
+
+    #[test]
+    fn a_tls_query_names_the_host_s_certificate_directory() {
+        let (address, dir) = split_tls("tcp://10.0.0.3:2376?tls=/certs/c");
+        assert_eq!(address, "tcp://10.0.0.3:2376");
+        assert_eq!(dir, Some(std::path::PathBuf::from("/certs/c")));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! containers; a lease per run that tells reapers the run is alive and a watchdog process that
 //! cleans up after a killed run; files moved through the archive (tar) endpoints.
 
+mod hosts;
 mod lease;
 mod lifecycle;
 mod pool;
@@ -26,6 +27,7 @@ use tracing::{debug, info_span, Instrument};
 
 use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 use crate::config::HermesEnvConfig;
+pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
 use lifecycle::{register, register_daemon, unregister, ContainerGuard};
 pub use lifecycle::{
@@ -77,6 +79,12 @@ pub struct DockerSettings {
     pub reap_interval: Option<Duration>,
     /// Environment name recorded in the labels.
     pub env_name: String,
+    /// The daemons of a multi-host run (`--env.docker_hosts`); empty = the one daemon of
+    /// `host`. See [`DockerHosts`].
+    pub hosts: Vec<String>,
+    /// Sandboxes alive at once per host of a multi-host run (0 = from the daemon's memory
+    /// and CPUs).
+    pub max_per_host: usize,
 }
 
 impl DockerSettings {
@@ -102,6 +110,8 @@ impl DockerSettings {
             reap_interval: (c.sandbox_reap_interval > 0.0)
                 .then(|| Duration::from_secs_f64(c.sandbox_reap_interval.min(1e9))),
             env_name: env_name.to_owned(),
+            hosts: c.docker_hosts.clone().unwrap_or_default(),
+            max_per_host: c.max_containers_per_host.max(0) as usize,
         }
     }
 

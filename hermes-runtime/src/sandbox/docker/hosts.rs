@@ -1,0 +1,410 @@
+//! Many Docker daemons (`--env.docker_hosts`): one [`DockerProvider`] per host (its own lease,
+//! watchdog, pool, creation limits and reaper), a placement that puts each new sandbox on the
+//! answering host with the most free room, and a probe per host that marks a host down as soon
+//! as it stops answering (its sandboxes then fail at once, so their rollouts are retried on the
+//! other hosts) and, when it answers again, removes what it kept before taking new sandboxes.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::models::SystemInfo;
+use bollard::Docker;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::lifecycle::remove_live_at;
+use super::{reaper, DockerProvider, DockerSettings};
+use crate::sandbox::{
+    ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec, Transfer,
+};
+
+/// How often each host is asked whether it is alive.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// A probe unanswered this long marks the host down.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One daemon of a multi-host run.
+struct Host {
+    provider: DockerProvider,
+    /// Sandboxes it may hold at once.
+    capacity: usize,
+    /// Sandboxes it holds now (slots handed out and not yet dropped).
+    in_use: AtomicUsize,
+    /// Whether its last probe (or request) was answered.
+    up: watch::Sender<bool>,
+}
+
+impl Host {
+    fn name(&self) -> &str {
+        self.provider.settings().host.as_deref().unwrap_or_default()
+    }
+
+    fn is_up(&self) -> bool {
+        *self.up.borrow()
+    }
+
+    fn free(&self) -> usize {
+        self.capacity
+            .saturating_sub(self.in_use.load(Ordering::SeqCst))
+    }
+
+    /// Marks the host down (one warning per transition).
+    fn mark_down(&self, why: &str) {
+        if self.up.send_replace(false) {
+            warn!(
+                "Docker host {} stopped answering ({why}); its sandboxes fail and their rollouts \
+                 are retried on the other hosts; no new sandbox goes there until it answers again",
+                self.name()
+            );
+        }
+    }
+
+    async fn answers(&self) -> bool {
+        matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, self.provider.docker().ping()).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// A place on a host, given back (and a waiting creation woken) when dropped.
+struct Slot {
+    host: Arc<Host>,
+    freed: Arc<Notify>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.host.in_use.fetch_sub(1, Ordering::SeqCst);
+        self.freed.notify_waiters();
+    }
+}
+
+/// Sandboxes spread over several Docker daemons by free room; see the module doc.
+pub struct DockerHosts {
+    hosts: Vec<Arc<Host>>,
+    freed: Arc<Notify>,
+    placing: Mutex<()>,
+    probes: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for DockerHosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<&str> = self.hosts.iter().map(|h| h.name()).collect();
+        f.debug_struct("DockerHosts")
+            .field("hosts", &hosts)
+            .finish()
+    }
+}
+
+impl DockerHosts {
+    /// Connects to every host of `settings.hosts` (each must answer and hold the default
+    /// image), sizes each from `max_per_host` or its memory and CPUs, and starts the probes.
+    pub async fn connect(settings: DockerSettings) -> Result<Self, SandboxError> {
+        if settings.hosts.is_empty() {
+            return Err(SandboxError::Daemon(
+                "--env.docker_hosts is empty; list at least one Docker host".into(),
+            ));
+        }
+        let connecting = settings.hosts.iter().map(|h| connect_host(&settings, h));
+        let hosts: Vec<Arc<Host>> = futures::future::try_join_all(connecting)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let freed = Arc::new(Notify::new());
+        let probes = hosts
+            .iter()
+            .map(|h| tokio::spawn(probe(Arc::clone(h), Arc::clone(&freed))))
+            .collect();
+        Ok(DockerHosts {
+            hosts,
+            freed,
+            placing: Mutex::new(()),
+            probes,
+        })
+    }
+
+    /// The bollard clients of the hosts, in `--env.docker_hosts` order.
+    pub fn dockers(&self) -> Vec<&Docker> {
+        self.hosts.iter().map(|h| h.provider.docker()).collect()
+    }
+
+    /// The run ids of the hosts' providers (one lease per host), in host order.
+    pub fn run_ids(&self) -> Vec<&str> {
+        self.hosts.iter().map(|h| h.provider.run_id()).collect()
+    }
+
+    /// How many sandboxes each host holds now, in host order.
+    pub fn in_use(&self) -> Vec<usize> {
+        self.hosts
+            .iter()
+            .map(|h| h.in_use.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// Whether each host is up (answered its last probe), in host order.
+    pub fn up(&self) -> Vec<bool> {
+        self.hosts.iter().map(|h| h.is_up()).collect()
+    }
+
+    /// Takes a place on the answering host with the most free room (`None`: all are full or
+    /// down).
+    fn reserve(&self) -> Option<Slot> {
+        let _placing = self.placing.lock().unwrap_or_else(|e| e.into_inner());
+        let host = self
+            .hosts
+            .iter()
+            .filter(|h| h.is_up() && h.free() > 0)
+            .max_by_key(|h| (h.free(), std::cmp::Reverse(h.in_use.load(Ordering::SeqCst))))?;
+        host.in_use.fetch_add(1, Ordering::SeqCst);
+        Some(Slot {
+            host: Arc::clone(host),
+            freed: Arc::clone(&self.freed),
+        })
+    }
+
+    /// Waits for a place; fails at once when every host is down.
+    async fn slot(&self) -> Result<Slot, SandboxError> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = self.reserve() {
+                return Ok(slot);
+            }
+            if !self.hosts.iter().any(|h| h.is_up()) {
+                let names: Vec<&str> = self.hosts.iter().map(|h| h.name()).collect();
+                return Err(SandboxError::Daemon(format!(
+                    "every Docker host is down ({}); sandboxes resume when one answers again",
+                    names.join(", ")
+                )));
+            }
+            freed.await;
+        }
+    }
+}
+
+impl Drop for DockerHosts {
+    fn drop(&mut self) {
+        for probe in &self.probes {
+            probe.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxProvider for DockerHosts {
+    async fn create(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let mut lost = 0;
+        loop {
+            let slot = self.slot().await?;
+            match slot.host.provider.create(task_id, spec).await {
+                Ok(inner) => return Ok(Arc::new(PlacedSandbox { inner, slot })),
+                Err(e) if e.is_infra() && lost < self.hosts.len() && !slot.host.answers().await => {
+                    slot.host.mark_down(&e.to_string());
+                    lost += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Connects one host and checks it can run the run's sandboxes.
+async fn connect_host(settings: &DockerSettings, name: &str) -> Result<Host, SandboxError> {
+    let provider = DockerProvider::connect(DockerSettings {
+        host: Some(name.to_owned()),
+        hosts: Vec::new(),
+        ..settings.clone()
+    })
+    .await?;
+    let docker = provider.docker();
+    let image = &settings.image;
+    match docker.inspect_image(image).await {
+        Ok(_) => {}
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {
+            return Err(SandboxError::Create(format!(
+                "image '{image}' is missing on Docker host {name}; copy it there with \
+                 `docker save {image} | docker -H {name} load`"
+            )))
+        }
+        Err(e) => {
+            return Err(SandboxError::Daemon(format!(
+                "Docker host {name}: cannot inspect image '{image}': {e}"
+            )))
+        }
+    }
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| SandboxError::Daemon(format!("Docker host {name}: info: {e}")))?;
+    let (capacity, why) = capacity(&info, settings);
+    info!("Docker host {name}: room for {capacity} sandboxes ({why})");
+    Ok(Host {
+        provider,
+        capacity,
+        in_use: AtomicUsize::new(0),
+        up: watch::Sender::new(true),
+    })
+}
+
+/// Sandboxes a host may hold: `max_per_host`, else its memory over each sandbox's memory
+/// limit (at least its CPU count), else unlimited.
+fn capacity(info: &SystemInfo, settings: &DockerSettings) -> (usize, String) {
+    if settings.max_per_host > 0 {
+        return (
+            settings.max_per_host,
+            "--env.max_containers_per_host".into(),
+        );
+    }
+    if settings.memory_mb <= 0 {
+        return (
+            usize::MAX,
+            "no memory limit per sandbox; --env.max_containers_per_host sets one".into(),
+        );
+    }
+    let memory = info.mem_total.unwrap_or(0).max(0) as u64;
+    let cpus = info.ncpu.unwrap_or(1).max(1) as usize;
+    let by_memory = (memory / (settings.memory_mb as u64 * 1024 * 1024)) as usize;
+    (
+        by_memory.max(cpus),
+        format!(
+            "{} MiB / {} MiB per sandbox, at least its {cpus} CPUs; \
+             --env.max_containers_per_host overrides",
+            memory / (1024 * 1024),
+            settings.memory_mb
+        ),
+    )
+}
+
+/// Asks the host every [`PROBE_EVERY`] whether it answers; marks it down when it does not and,
+/// when a down host answers again, removes what it kept (this run's containers that outlived
+/// the outage, other runs' orphans) before placing sandboxes there again.
+async fn probe(host: Arc<Host>, freed: Arc<Notify>) {
+    let mut ticks = tokio::time::interval(PROBE_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let answers = host.answers().await;
+        match (host.is_up(), answers) {
+            (true, false) => host.mark_down("no answer to a ping within 2 s"),
+            (false, true) => {
+                recover(&host).await;
+                host.up.send_replace(true);
+                freed.notify_waiters();
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn recover(host: &Host) {
+    let docker = host.provider.docker();
+    let left = remove_live_at(docker, host.name()).await;
+    let reaped = reaper::reap(docker, false).await.map_or(0, |r| r.len());
+    info!(
+        "Docker host {} answers again: removed {left} container(s) of this run it kept and \
+         {reaped} orphan(s); placing sandboxes there again",
+        host.name()
+    );
+}
+
+/// A sandbox on one host: holds its place there, and fails at once when the host goes down.
+struct PlacedSandbox {
+    inner: Arc<dyn Sandbox>,
+    slot: Slot,
+}
+
+impl PlacedSandbox {
+    /// Runs `op` unless the host goes down first.
+    async fn guarded<T>(
+        &self,
+        op: impl Future<Output = Result<T, SandboxError>>,
+    ) -> Result<T, SandboxError> {
+        let mut up = self.slot.host.up.subscribe();
+        tokio::select! {
+            result = op => result,
+            _ = up.wait_for(|up| !*up) => Err(SandboxError::Gone(format!(
+                "Docker host {} stopped answering",
+                self.slot.host.name()
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Sandbox for PlacedSandbox {
+    fn task_id(&self) -> &str {
+        self.inner.task_id()
+    }
+    fn workdir(&self) -> &str {
+        self.inner.workdir()
+    }
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.guarded(self.inner.exec(request)).await
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        self.guarded(self.inner.read_file(path)).await
+    }
+    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
+        self.guarded(self.inner.write_file(path, bytes)).await
+    }
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.guarded(self.inner.upload_file(local, remote)).await
+    }
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.guarded(self.inner.upload_dir(local, remote)).await
+    }
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.guarded(self.inner.download_file(remote, local)).await
+    }
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.guarded(self.inner.download_dir(remote, local)).await
+    }
+    /// On a down host the container is out of reach: it stays registered, and the host's
+    /// return (or the end of the run, or the next run's reaper) removes it.
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        if !self.slot.host.is_up() {
+            return Ok(());
+        }
+        self.guarded(self.inner.teardown()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(cpus: i64, mem_gib: i64) -> SystemInfo {
+        SystemInfo {
+            ncpu: Some(cpus),
+            mem_total: Some(mem_gib << 30),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn capacity_comes_from_the_flag_else_memory_else_cpus() {
+        let s = |max_per_host, memory_mb| DockerSettings {
+            max_per_host,
+            memory_mb,
+            ..DockerSettings::default()
+        };
+        assert_eq!(capacity(&info(2, 24), &s(7, 4096)).0, 7);
+        assert_eq!(capacity(&info(2, 24), &s(0, 4096)).0, 6);
+        assert_eq!(capacity(&info(16, 8), &s(0, 4096)).0, 16);
+        assert_eq!(capacity(&info(2, 24), &s(0, 0)).0, usize::MAX);
+    }
+}
