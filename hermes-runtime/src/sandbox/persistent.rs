@@ -29,7 +29,7 @@ for hermes_s in "$@"; do : >"$hermes_s" 2>/dev/null && break; hermes_s=; done
 [ -n "$hermes_s" ] || exit 97
 printf -v hermes_q %q "$hermes_s"
 hermes_t="pwd -P >$hermes_q 2>/dev/null || pwd >$hermes_q"
-while IFS= read -r -d '' hermes_c && IFS= read -r -d '' hermes_d && IFS= read -r -d '' hermes_n; do
+while IFS= read -r -d '' hermes_c && IFS= read -r -d '' hermes_d && IFS= read -r -d '' hermes_n && [ -n "$hermes_n" ]; do
   : >"$hermes_s"
   (
     set +m
@@ -50,6 +50,9 @@ while IFS= read -r -d '' hermes_c && IFS= read -r -d '' hermes_d && IFS= read -r
   printf 'X%s\0%s\0' "$hermes_r" "${hermes_w%$'\n'}"
 done
 "#;
+
+/// A frame with an empty nonce: the shell leaves its loop and exits.
+const QUIT: &[u8] = b"\0\0\0";
 
 /// After a timeout kill, how long the shell may take to report the killed command's end
 /// before it is declared out of sync (and replaced).
@@ -88,6 +91,9 @@ pub(crate) trait ShellLink: Send {
     async fn recv(&mut self) -> Piece;
     /// The shell's own exit code once it is gone (`None` when unknown).
     async fn exit_code(&mut self) -> Option<i32>;
+    /// Ends the shell's stdin (some transports cannot half-close, so the caller sent
+    /// [`QUIT`] first).
+    async fn close(&mut self) {}
 }
 
 /// How one command ended.
@@ -174,6 +180,12 @@ impl<L: ShellLink> PersistentShell<L> {
             pending_code: None,
             in_flight: None,
         }
+    }
+
+    /// Ends the shell's stdin: the shell exits once its current command is over.
+    pub async fn close(mut self) {
+        let _ = self.link.send(QUIT).await;
+        self.link.close().await;
     }
 
     /// True when no earlier command's end is still outstanding (the shell can take another).

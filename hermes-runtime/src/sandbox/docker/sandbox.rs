@@ -68,6 +68,8 @@ pub struct DockerSandbox {
     shell: tokio::sync::Mutex<Option<PersistentShell<DockerLink>>>,
     /// Set when a fresh shell could not start: commands then run one exec each.
     shell_unavailable: AtomicBool,
+    /// Process groups of the commands the shell ran (killed by `reset_processes`).
+    process_groups: Mutex<Vec<i32>>,
 }
 
 /// The attached exec session of a container's persistent shell.
@@ -111,6 +113,10 @@ impl ShellLink for DockerLink {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         None
+    }
+
+    async fn close(&mut self) {
+        let _ = self.input.shutdown().await;
     }
 }
 
@@ -210,6 +216,7 @@ impl DockerSandbox {
             home: OnceCell::new(),
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
+            process_groups: Mutex::new(Vec::new()),
             container,
             shared,
         }
@@ -746,7 +753,12 @@ impl Sandbox for DockerSandbox {
             let shell = slot.as_mut().expect("a shell was just started");
             let deadline = Instant::now() + request.timeout;
             let outcome = shell
-                .run(&cwd, &request.command, request.output_limit, deadline, |_| {})
+                .run(&cwd, &request.command, request.output_limit, deadline, |pgid| {
+                    self.process_groups
+                        .lock()
+                        .expect("lock poisoned")
+                        .push(pgid)
+                })
                 .await;
             match outcome {
                 Outcome::Done { output, code, cwd } => {
@@ -794,10 +806,21 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
-        *self.shell.lock().await = None;
-        // Every process of the command user but the container's init and this kill itself.
-        let argv = vec!["sh".into(), "-c".into(), "kill -KILL -1 2>/dev/null; true".into()];
-        self.exec_collect(argv, None).await.map(|_| ())
+        let mut shell = self.shell.lock().await;
+        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        if !groups.is_empty() {
+            // Process groups the shell reported; killing them ends the shell's `wait`, and the
+            // shell exits at the end of its stdin, closed below.
+            let mut argv: Vec<String> = ["bash", "-c", "kill -KILL -- \"$@\" 2>/dev/null; true", "hermes"]
+                .map(String::from)
+                .to_vec();
+            argv.extend(groups.iter().map(|g| format!("-{g}")));
+            self.exec_collect(argv, None).await?;
+        }
+        if let Some(shell) = shell.take() {
+            shell.close().await;
+        }
+        Ok(())
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
