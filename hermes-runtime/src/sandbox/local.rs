@@ -398,6 +398,14 @@ impl ShellLink for LocalLink {
         use std::os::unix::process::ExitStatusExt;
         Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
+
+    async fn close(&mut self) {
+        // The shell was sent the quit frame: reap it now (no zombie, and its CPU time is
+        // accounted to this process), then there is no group left to kill.
+        if self.exit_code().await.is_some() {
+            self.pgid = None;
+        }
+    }
 }
 
 impl Drop for LocalLink {
@@ -505,8 +513,11 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
-        *self.shell.lock().await = None;
+        let mut shell = self.shell.lock().await;
         self.kill_all();
+        if let Some(shell) = shell.take() {
+            shell.close().await;
+        }
         Ok(())
     }
 
@@ -568,8 +579,7 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
-        *self.shell.lock().await = None;
-        self.kill_all();
+        self.reset_processes().await?;
         let _ = tokio::fs::remove_file(&self.state_file).await;
         match tokio::fs::remove_dir_all(&self.dir).await {
             Ok(()) => Ok(()),
