@@ -130,10 +130,17 @@ async fn measure<F: std::future::Future<Output = ()>>(f: F) -> Measure {
 async fn child_cpu_per_command(commands: usize) -> anyhow::Result<()> {
     use hermes_env::sandbox::{ExecRequest, SandboxProvider, SandboxSpec};
     let provider = LocalProvider::new()?;
-    let request = || ExecRequest::new("cat /etc/hostname >/dev/null; cd .", Duration::from_secs(30));
+    let request = || {
+        ExecRequest::new(
+            "cat /etc/hostname >/dev/null; cd .",
+            Duration::from_secs(30),
+        )
+    };
     let mut per_command = Vec::new();
     for one_shot in [false, true] {
-        let sandbox = provider.create("child-cpu", &SandboxSpec::default()).await?;
+        let sandbox = provider
+            .create("child-cpu", &SandboxSpec::default())
+            .await?;
         let run = measure(async {
             for _ in 0..commands {
                 let out = if one_shot {
@@ -153,9 +160,18 @@ async fn child_cpu_per_command(commands: usize) -> anyhow::Result<()> {
         unreachable!("two variants")
     };
     println!("\nlocal terminal command ({commands} commands): ms per command");
-    println!("{:>26} {:>10} {:>10} {:>10}", "", "own cpu", "child cpu", "wall");
-    println!("{:>26} {p_self:>10.3} {p_child:>10.3} {p_wall:>10.3}", "persistent shell");
-    println!("{:>26} {o_self:>10.3} {o_child:>10.3} {o_wall:>10.3}", "one shell per command");
+    println!(
+        "{:>26} {:>10} {:>10} {:>10}",
+        "", "own cpu", "child cpu", "wall"
+    );
+    println!(
+        "{:>26} {p_self:>10.3} {p_child:>10.3} {p_wall:>10.3}",
+        "persistent shell"
+    );
+    println!(
+        "{:>26} {o_self:>10.3} {o_child:>10.3} {o_wall:>10.3}",
+        "one shell per command"
+    );
     println!(
         "ratio one-shot / persistent: child cpu {:.1}x, own+child cpu {:.1}x, wall {:.1}x",
         o_child / p_child.max(1e-9),
@@ -267,7 +283,9 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!("cpu = user+system time of this process, including the in-process scripted server;");
-    println!("child = user+system time of reaped children (the terminal tool's shell and commands);");
+    println!(
+        "child = user+system time of reaped children (the terminal tool's shell and commands);"
+    );
     println!("baseline = one bare reqwest chat call per turn to the same server; ratio = framework/baseline cpu per turn");
     child_cpu_per_command(if quick { 200 } else { 1000 }).await?;
     Ok(())

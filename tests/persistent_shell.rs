@@ -83,7 +83,11 @@ both_backends!(
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
     let first = shell_pid(&*s).await;
-    assert_eq!(shell_pid(&*s).await, first, "a second command ran in another shell");
+    assert_eq!(
+        shell_pid(&*s).await,
+        first,
+        "a second command ran in another shell"
+    );
     // Variables do not persist (each command is its own subshell), only the cwd does.
     run(&*s, "export X=1; mkdir -p sub; cd sub").await;
     let (_, out) = run(&*s, "echo \"[$X]\"; basename \"$PWD\"").await;
@@ -112,12 +116,19 @@ async fn a_shell_that_dies_mid_rollout_is_replaced_and_the_cwd_kept(s: Arc<dyn S
     assert_eq!(killed.exit_code, 0, "{killed:?}");
     let (code, out) = run(&*s, "echo alive; pwd").await;
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("alive\n") && out.trim().ends_with("/deep/er"), "{out}");
+    assert!(
+        out.starts_with("alive\n") && out.trim().ends_with("/deep/er"),
+        "{out}"
+    );
     assert_ne!(shell_pid(&*s).await, second);
 }
 
 async fn a_command_reading_stdin_gets_end_of_file(s: Arc<dyn Sandbox>) {
-    let (code, out) = run(&*s, "cat; echo \"cat=$?\"; read -r x; echo \"read=$? [$x]\"").await;
+    let (code, out) = run(
+        &*s,
+        "cat; echo \"cat=$?\"; read -r x; echo \"read=$? [$x]\"",
+    )
+    .await;
     assert_eq!((code, out.as_str()), (0, "cat=0\nread=1 []\n"));
     // Reading the shell's own stdin through /proc is the framing channel only in theory:
     // it is not the command's stdin, and the next command still frames correctly.
@@ -181,8 +192,15 @@ async fn reset_processes_kills_the_shell_and_what_commands_left_running(s: Arc<d
 
 async fn one_shot_commands_run_outside_the_persistent_shell(s: Arc<dyn Sandbox>) {
     let shell = shell_pid(&*s).await;
-    let one = s.exec_one_shot(req("echo $$; exit 4")).await.expect("one-shot");
+    let one = s
+        .exec_one_shot(req("echo $$; exit 4"))
+        .await
+        .expect("one-shot");
     assert_eq!(one.exit_code, 4);
     assert_ne!(one.output.trim(), shell);
-    assert_eq!(shell_pid(&*s).await, shell, "the persistent shell is untouched");
+    assert_eq!(
+        shell_pid(&*s).await,
+        shell,
+        "the persistent shell is untouched"
+    );
 }

@@ -1,6 +1,6 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
-//! start of its persistent working directory) and each command its own process group, killed
-//! on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! start of its persistent working directory), one persistent shell, and each command its own
+//! process group, killed on timeout and at teardown. Commands start from a cleared environment plus an allowlist
 //! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
@@ -396,7 +396,11 @@ impl ShellLink for LocalLink {
         let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
         let status = status.ok()?.ok()?;
         use std::os::unix::process::ExitStatusExt;
-        Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        Some(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
     }
 
     async fn close(&mut self) {
@@ -467,9 +471,13 @@ impl Sandbox for LocalSandbox {
             let deadline = Instant::now() + request.timeout;
             let groups = &self.process_groups;
             let outcome = shell
-                .run(&cwd_text, &request.command, request.output_limit, deadline, |pgid| {
-                    groups.lock().expect("lock poisoned").push(pgid)
-                })
+                .run(
+                    &cwd_text,
+                    &request.command,
+                    request.output_limit,
+                    deadline,
+                    |pgid| groups.lock().expect("lock poisoned").push(pgid),
+                )
                 .await;
             match outcome {
                 Outcome::Done { output, code, cwd } => {
@@ -488,7 +496,11 @@ impl Sandbox for LocalSandbox {
                     }
                     return Ok(killed_by_deadline(output, request.timeout));
                 }
-                Outcome::Died { output, started, code } => {
+                Outcome::Died {
+                    output,
+                    started,
+                    code,
+                } => {
                     *slot = None;
                     if started {
                         return Ok(finished(output, code.unwrap_or(-1)));

@@ -2,7 +2,8 @@
 //! exactly one rollout (its task id) and is torn down when the rollout ends. Two backends
 //! behave alike for tools and `ToolContext`: [`docker`] (a hardened container per task, files
 //! through the archive API) and [`LocalProvider`] (a scratch directory per task). Both run
-//! commands through the same shell wrapper, so the working directory persists across commands.
+//! commands through the same persistent shell (one per sandbox), so the working directory persists
+//! across commands.
 
 mod archive;
 mod bounded;

@@ -258,7 +258,12 @@ impl<L: ShellLink> PersistentShell<L> {
     }
 
     /// Takes in one piece; false when the shell is gone.
-    fn absorb(&mut self, piece: Piece, output: &mut CappedOutput, on_pgid: &mut impl FnMut(i32)) -> bool {
+    fn absorb(
+        &mut self,
+        piece: Piece,
+        output: &mut CappedOutput,
+        on_pgid: &mut impl FnMut(i32),
+    ) -> bool {
         let flight = self.in_flight.as_mut().expect("a command is in flight");
         match piece {
             Piece::Output(bytes) => flight.sync.push(&bytes, |b| output.push(b)),

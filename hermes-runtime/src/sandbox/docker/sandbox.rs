@@ -82,7 +82,9 @@ struct DockerLink {
 
 impl std::fmt::Debug for DockerLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerLink").field("exec_id", &self.exec_id).finish()
+        f.debug_struct("DockerLink")
+            .field("exec_id", &self.exec_id)
+            .finish()
     }
 }
 
@@ -656,7 +658,10 @@ impl DockerSandbox {
     /// rollout.
     async fn start_shell(&self) -> Result<PersistentShell<DockerLink>, SandboxError> {
         let id = nonce();
-        let state = [format!("/tmp/.hermes-cwd-{id}"), format!("/dev/shm/.hermes-cwd-{id}")];
+        let state = [
+            format!("/tmp/.hermes-cwd-{id}"),
+            format!("/dev/shm/.hermes-cwd-{id}"),
+        ];
         let exec_id = self.create_exec(shell_argv(&state), true).await?;
         let started = self
             .docker()
@@ -753,12 +758,18 @@ impl Sandbox for DockerSandbox {
             let shell = slot.as_mut().expect("a shell was just started");
             let deadline = Instant::now() + request.timeout;
             let outcome = shell
-                .run(&cwd, &request.command, request.output_limit, deadline, |pgid| {
-                    self.process_groups
-                        .lock()
-                        .expect("lock poisoned")
-                        .push(pgid)
-                })
+                .run(
+                    &cwd,
+                    &request.command,
+                    request.output_limit,
+                    deadline,
+                    |pgid| {
+                        self.process_groups
+                            .lock()
+                            .expect("lock poisoned")
+                            .push(pgid)
+                    },
+                )
                 .await;
             match outcome {
                 Outcome::Done { output, code, cwd } => {
@@ -811,9 +822,14 @@ impl Sandbox for DockerSandbox {
         if !groups.is_empty() {
             // Process groups the shell reported; killing them ends the shell's `wait`, and the
             // shell exits at the end of its stdin, closed below.
-            let mut argv: Vec<String> = ["bash", "-c", "kill -KILL -- \"$@\" 2>/dev/null; true", "hermes"]
-                .map(String::from)
-                .to_vec();
+            let mut argv: Vec<String> = [
+                "bash",
+                "-c",
+                "kill -KILL -- \"$@\" 2>/dev/null; true",
+                "hermes",
+            ]
+            .map(String::from)
+            .to_vec();
             argv.extend(groups.iter().map(|g| format!("-{g}")));
             self.exec_collect(argv, None).await?;
         }
