@@ -79,6 +79,7 @@ both_backends!(
     output_containing_the_framing_bytes_cannot_confuse_the_framing,
     reset_processes_kills_the_shell_and_what_commands_left_running,
     one_shot_commands_run_outside_the_persistent_shell,
+    a_daemons_later_output_does_not_reach_the_next_call,
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
@@ -203,4 +204,11 @@ async fn one_shot_commands_run_outside_the_persistent_shell(s: Arc<dyn Sandbox>)
         shell,
         "the persistent shell is untouched"
     );
+}
+
+async fn a_daemons_later_output_does_not_reach_the_next_call(s: Arc<dyn Sandbox>) {
+    let (code, _) = run(&*s, "(sleep 0.3; echo late) &").await;
+    assert_eq!(code, 0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(run(&*s, "echo next").await, (0, "next\n".to_owned()));
 }

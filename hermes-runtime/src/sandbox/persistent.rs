@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 
 use super::shell::{nonce, OutputSync};
@@ -211,7 +212,7 @@ impl<L: ShellLink> PersistentShell<L> {
             pgid: None,
             exit: None,
         });
-        if self.link.send(frame.as_bytes()).await.is_err() {
+        if !self.drop_stale_output() || self.link.send(frame.as_bytes()).await.is_err() {
             return self.died(output).await;
         }
         loop {
@@ -236,6 +237,19 @@ impl<L: ShellLink> PersistentShell<L> {
                 return self.died(output).await;
             }
         }
+    }
+
+    /// Drops what daemons of earlier commands printed since the last command ended (the
+    /// one-shot wrapper never showed it either). False when the shell turns out to be gone.
+    fn drop_stale_output(&mut self) -> bool {
+        while let Some(piece) = self.link.recv().now_or_never() {
+            match piece {
+                Piece::Output(_) => {}
+                Piece::Report(bytes) => self.fields.push(&bytes),
+                Piece::Closed => return false,
+            }
+        }
+        true
     }
 
     /// After the caller killed a timed-out command's process group: reads until the shell
