@@ -220,7 +220,7 @@ async fn main() -> anyhow::Result<()> {
         sandboxes: Arc::new(LocalProvider::new()?),
         tools: Arc::new(
             ToolRegistry::builtin()
-                .resolve(Some(&["file".into()]), None)
+                .resolve(Some(&["file".into(), "terminal".into()]), None)
                 .map_err(anyhow::Error::msg)?
                 .0,
         ),
