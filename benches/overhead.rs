@@ -1,7 +1,10 @@
 //! Framework overhead benchmark: 4-turn tool-calling rollouts (3 tool turns + an answer)
 //! against the in-process scripted server with zero model latency, at concurrency 1, 16 and
-//! 128. Prints rollouts/s, CPU time per rollout and per LLM turn, and resident memory, next to
-//! a baseline measured in the same run: the same number of bare HTTP chat calls with reqwest.
+//! 128 (one of the tool calls is a `terminal` command). Prints rollouts/s, CPU time per rollout
+//! and per LLM turn (own, children = the tools' shells and commands, and total), and resident
+//! memory, next to a baseline measured in the same run: the same number of bare HTTP chat
+//! calls with reqwest. Then child CPU per local `terminal` command, persistent shell against
+//! one fresh shell per command.
 //!
 //! Run: `cargo bench --bench overhead` (add `-- --quick` for a short run).
 
@@ -26,7 +29,7 @@ struct Item {
 }
 
 /// A minimal environment whose reward reads back the file the agent wrote.
-#[hermes_env(name = "overhead-bench", toolsets = ["file"], max_agent_turns = 8, main = false)]
+#[hermes_env(name = "overhead-bench", toolsets = ["file", "terminal"], max_agent_turns = 8, main = false)]
 struct Bench {
     next: usize,
 }
@@ -66,7 +69,7 @@ fn policy(request: &Value) -> Reply {
             "write_file",
             json!({"path": "notes.txt", "content": "first"}),
         ),
-        1 => Reply::tool("read_file", json!({"path": "notes.txt"})),
+        1 => Reply::tool("terminal", json!({"command": "cat notes.txt"})),
         2 => Reply::tool(
             "write_file",
             json!({"path": "notes.txt", "content": "second"}),
@@ -75,15 +78,25 @@ fn policy(request: &Value) -> Reply {
     }
 }
 
-fn cpu_time() -> Duration {
+/// User + system time of this process (`RUSAGE_SELF`) or of its reaped children
+/// (`RUSAGE_CHILDREN`: the tools' shells and the commands they ran).
+fn cpu_time_of(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes into the struct we pass.
     let usage = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        libc::getrusage(who, &mut u);
         u
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn cpu_time() -> Duration {
+    cpu_time_of(libc::RUSAGE_SELF)
+}
+
+fn child_cpu_time() -> Duration {
+    cpu_time_of(libc::RUSAGE_CHILDREN)
 }
 
 fn rss_mb() -> f64 {
@@ -99,15 +112,73 @@ fn rss_mb() -> f64 {
 struct Measure {
     wall: Duration,
     cpu: Duration,
+    children: Duration,
 }
 
 async fn measure<F: std::future::Future<Output = ()>>(f: F) -> Measure {
-    let (w, c) = (Instant::now(), cpu_time());
+    let (w, c, k) = (Instant::now(), cpu_time(), child_cpu_time());
     f.await;
     Measure {
         wall: w.elapsed(),
         cpu: cpu_time() - c,
+        children: child_cpu_time() - k,
     }
+}
+
+/// Child CPU per `terminal` command through the persistent shell against one fresh shell per
+/// command (`exec_one_shot`, the previous design), same commands, same run.
+async fn child_cpu_per_command(commands: usize) -> anyhow::Result<()> {
+    use hermes_env::sandbox::{ExecRequest, SandboxProvider, SandboxSpec};
+    let provider = LocalProvider::new()?;
+    let request = || {
+        ExecRequest::new(
+            "cat /etc/hostname >/dev/null; cd .",
+            Duration::from_secs(30),
+        )
+    };
+    let mut per_command = Vec::new();
+    for one_shot in [false, true] {
+        let sandbox = provider
+            .create("child-cpu", &SandboxSpec::default())
+            .await?;
+        let run = measure(async {
+            for _ in 0..commands {
+                let out = if one_shot {
+                    sandbox.exec_one_shot(request()).await
+                } else {
+                    sandbox.exec(request()).await
+                };
+                assert_eq!(out.expect("exec").exit_code, 0);
+            }
+            sandbox.teardown().await.expect("teardown");
+        })
+        .await;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / commands as f64;
+        per_command.push((ms(run.cpu), ms(run.children), ms(run.wall)));
+    }
+    let [(p_self, p_child, p_wall), (o_self, o_child, o_wall)] = per_command[..] else {
+        unreachable!("two variants")
+    };
+    println!("\nlocal terminal command ({commands} commands): ms per command");
+    println!(
+        "{:>26} {:>10} {:>10} {:>10}",
+        "", "own cpu", "child cpu", "wall"
+    );
+    println!(
+        "{:>26} {p_self:>10.3} {p_child:>10.3} {p_wall:>10.3}",
+        "persistent shell"
+    );
+    println!(
+        "{:>26} {o_self:>10.3} {o_child:>10.3} {o_wall:>10.3}",
+        "one shell per command"
+    );
+    println!(
+        "ratio one-shot / persistent: child cpu {:.1}x, own+child cpu {:.1}x, wall {:.1}x",
+        o_child / p_child.max(1e-9),
+        (o_self + o_child) / (p_self + p_child).max(1e-9),
+        o_wall / p_wall.max(1e-9)
+    );
+    Ok(())
 }
 
 async fn bare_http(url: &str, calls: usize, concurrency: usize) {
@@ -149,7 +220,7 @@ async fn main() -> anyhow::Result<()> {
         sandboxes: Arc::new(LocalProvider::new()?),
         tools: Arc::new(
             ToolRegistry::builtin()
-                .resolve(Some(&["file".into()]), None)
+                .resolve(Some(&["file".into(), "terminal".into()]), None)
                 .map_err(anyhow::Error::msg)?
                 .0,
         ),
@@ -166,12 +237,14 @@ async fn main() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:>11} {:>9} {:>12} {:>14} {:>13} {:>16} {:>9} {:>8}",
+        "{:>11} {:>9} {:>12} {:>14} {:>13} {:>15} {:>15} {:>16} {:>9} {:>8}",
         "concurrency",
         "rollouts",
         "rollouts/s",
         "cpu ms/rollout",
         "cpu ms/turn",
+        "child ms/turn",
+        "total ms/turn",
         "baseline ms/call",
         "ratio",
         "rss MB"
@@ -199,15 +272,21 @@ async fn main() -> anyhow::Result<()> {
         let calls = rollouts * TURNS;
         let base = measure(bare_http(&url, calls, concurrency)).await;
         let turn_ms = run.cpu.as_secs_f64() * 1e3 / calls as f64;
+        let child_ms = run.children.as_secs_f64() * 1e3 / calls as f64;
+        let total_ms = turn_ms + child_ms;
         let base_ms = base.cpu.as_secs_f64() * 1e3 / calls as f64;
         println!(
-            "{concurrency:>11} {rollouts:>9} {:>12.1} {:>14.3} {turn_ms:>13.3} {base_ms:>16.3} {:>8.2}x {peak:>8.1}",
+            "{concurrency:>11} {rollouts:>9} {:>12.1} {:>14.3} {turn_ms:>13.3} {child_ms:>15.3} {total_ms:>15.3} {base_ms:>16.3} {:>8.2}x {peak:>8.1}",
             rollouts as f64 / run.wall.as_secs_f64(),
             run.cpu.as_secs_f64() * 1e3 / rollouts as f64,
             turn_ms / base_ms.max(1e-9),
         );
     }
     println!("cpu = user+system time of this process, including the in-process scripted server;");
+    println!(
+        "child = user+system time of reaped children (the terminal tool's shell and commands);"
+    );
     println!("baseline = one bare reqwest chat call per turn to the same server; ratio = framework/baseline cpu per turn");
+    child_cpu_per_command(if quick { 200 } else { 1000 }).await?;
     Ok(())
 }

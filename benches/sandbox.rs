@@ -4,7 +4,8 @@
 //! upload, and 64 concurrent rollouts (create, exec, write, read, remove) on this machine.
 //!
 //! Needs a running daemon and the sandbox image (`sandbox-images/build`).
-//! Run: `cargo bench --bench sandbox` (add `-- --quick` for fewer samples).
+//! Run: `cargo bench --bench sandbox` (add `-- --quick` for fewer samples, `-- --exec-only`
+//! to stop after the exec round trip: persistent shell vs one exec per command).
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -279,13 +280,18 @@ async fn main() {
     let exec_true = || ExecRequest::new("true", Duration::from_secs(30));
     for _ in 0..5 {
         s.exec(exec_true()).await.unwrap();
+        s.exec_one_shot(exec_true()).await.unwrap();
         bare_exec(&docker, &name).await;
     }
     let (mut ours, mut bare, mut via_cli) = (Vec::new(), Vec::new(), Vec::new());
+    let mut one_shot = Vec::new();
     for i in 0..n(100) {
         let start = Instant::now();
         assert_eq!(s.exec(exec_true()).await.unwrap().exit_code, 0);
         ours.push(ms(start));
+        let start = Instant::now();
+        assert_eq!(s.exec_one_shot(exec_true()).await.unwrap().exit_code, 0);
+        one_shot.push(ms(start));
         let start = Instant::now();
         assert_eq!(bare_exec(&docker, &name).await, 0);
         bare.push(ms(start));
@@ -296,14 +302,24 @@ async fn main() {
         }
     }
     let (ours, bare, via_cli) = (Samples(ours), Samples(bare), Samples(via_cli));
-    ours.row("hermes-env Sandbox::exec (bash wrapper, cwd)");
+    let one_shot = Samples(one_shot);
+    ours.row("hermes-env Sandbox::exec (persistent shell)");
+    one_shot.row("hermes-env exec_one_shot (one exec/command)");
     bare.row("bare API create/start/inspect exec");
     via_cli.row("docker exec (CLI)");
+    println!(
+        "  p50 ratio one exec per command / persistent shell: {:.1}x",
+        one_shot.pct(0.5) / ours.pct(0.5)
+    );
     println!(
         "  p50 ratio hermes-env / bare API: {:.2}x   hermes-env / CLI: {:.2}x",
         ours.pct(0.5) / bare.pct(0.5),
         ours.pct(0.5) / via_cli.pct(0.5)
     );
+    if std::env::args().any(|a| a == "--exec-only") {
+        s.teardown().await.unwrap();
+        return;
+    }
 
     // --- upload ----------------------------------------------------------------------------
     println!("\n1 MB upload into the container:");

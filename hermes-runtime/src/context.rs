@@ -138,9 +138,34 @@ impl ToolContext {
         command: &str,
         timeout: Duration,
     ) -> Result<TerminalOutput, SandboxError> {
+        self.run_terminal(command, timeout, false).await
+    }
+
+    /// Like [`ToolContext::terminal_with_timeout`], but in a fresh shell of its own instead of
+    /// the agent's persistent shell (same working directory), for a verifier that wants
+    /// nothing the agent's shell holds to touch its command.
+    pub async fn terminal_isolated(
+        &self,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<TerminalOutput, SandboxError> {
+        self.run_terminal(command, timeout, true).await
+    }
+
+    async fn run_terminal(
+        &self,
+        command: &str,
+        timeout: Duration,
+        isolated: bool,
+    ) -> Result<TerminalOutput, SandboxError> {
         let sandbox = self.sandbox.get().await?;
-        let request = ExecRequest::new(format!("{CLEAN_PREAMBLE}\n{command}"), timeout);
-        let out = sandbox.exec(request.with_workdir("~")).await?;
+        let request =
+            ExecRequest::new(format!("{CLEAN_PREAMBLE}\n{command}"), timeout).with_workdir("~");
+        let out = if isolated {
+            sandbox.exec_one_shot(request).await?
+        } else {
+            sandbox.exec(request).await?
+        };
         if let Some(why) = not_runnable(command, out.exit_code, &out.output) {
             let _ = self.unrunnable.set(why.clone());
             return Err(SandboxError::NotRunnable(why));

@@ -1,6 +1,6 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
-//! start of its persistent working directory) and each command its own process group, killed
-//! on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! start of its persistent working directory), one persistent shell, and each command its own
+//! process group, killed on timeout and at teardown. Commands start from a cleared environment plus an allowlist
 //! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
@@ -8,17 +8,20 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
+use tracing::warn;
 
 use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
 use super::links::check_no_link_ancestors;
+use super::persistent::{frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
@@ -138,6 +141,13 @@ pub struct LocalSandbox {
     cwd: Mutex<PathBuf>,
     process_groups: Mutex<Vec<i32>>,
     env: Vec<(OsString, OsString)>,
+    /// The persistent shell, started by the first command (and again after it died).
+    shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
+    /// Set when a fresh shell could not start: commands then run one-shot.
+    shell_unavailable: AtomicBool,
+    /// Where the shell keeps the working directory between commands (beside the scratch
+    /// directory, not in it).
+    state_file: PathBuf,
 }
 
 impl LocalSandbox {
@@ -145,7 +155,12 @@ impl LocalSandbox {
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
         let env = sandbox_env(&dir, &[]);
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        let state_file = dir.with_file_name(format!(".{name}.hermes-cwd-{}", short_id()));
         LocalSandbox {
+            shell: tokio::sync::Mutex::new(None),
+            shell_unavailable: AtomicBool::new(false),
+            state_file,
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
             dir,
@@ -182,58 +197,12 @@ impl LocalSandbox {
         }
     }
 
-    fn kill_all(&self) {
-        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
-        for pgid in groups {
-            kill_group(pgid);
-        }
-    }
-}
-
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
-    }
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => SandboxError::NotFound(path.display().to_string()),
-        std::io::ErrorKind::IsADirectory => SandboxError::IsDirectory(path.display().to_string()),
-        _ => SandboxError::Io(format!("{}: {e}", path.display())),
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
-) -> Result<T, SandboxError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| SandboxError::Io(format!("file copy thread failed: {e}")))?
-}
-
-#[async_trait]
-impl Sandbox for LocalSandbox {
-    fn task_id(&self) -> &str {
-        &self.task_id
-    }
-
-    fn workdir(&self) -> &str {
-        &self.dir_str
-    }
-
-    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        if !self.dir.is_dir() {
-            return Err(SandboxError::Gone(format!(
-                "scratch directory {} was removed",
-                self.dir.display()
-            )));
-        }
-        let cwd = match request.workdir.as_deref() {
-            Some(w) => self.resolve(w),
-            None => self.cwd.lock().expect("lock poisoned").clone(),
-        };
+    /// Runs one command in its own `bash -c` wrapper (the one-shot path).
+    async fn exec_one_shot_in(
+        &self,
+        cwd: PathBuf,
+        request: ExecRequest,
+    ) -> Result<ExecOutput, SandboxError> {
         let nonce = nonce();
         let argv = wrapper_argv(&cwd.to_string_lossy(), &request.command, &nonce);
         let mut child = Command::new(&argv[0])
@@ -301,16 +270,7 @@ impl Sandbox for LocalSandbox {
                 kill_group(pgid);
             }
             let _ = child.wait().await;
-            let mut output = capture.finish();
-            output.push_str(&format!(
-                "\n[Command timed out after {}s]",
-                request.timeout.as_secs()
-            ));
-            return Ok(ExecOutput {
-                output,
-                exit_code: 124,
-                timed_out: true,
-            });
+            return Ok(killed_by_deadline(capture, request.timeout));
         }
         if let (Some((_, final_cwd)), None) = (report.report().exit, &request.workdir) {
             *self.cwd.lock().expect("lock poisoned") = PathBuf::from(final_cwd);
@@ -323,11 +283,254 @@ impl Sandbox for LocalSandbox {
             Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for command: {e}"))),
             None => -1,
         };
-        Ok(ExecOutput {
-            output: capture.finish(),
-            exit_code,
-            timed_out: false,
+        Ok(finished(capture, exit_code))
+    }
+
+    /// The working directory a request runs in; the sandbox must still exist.
+    fn command_cwd(&self, request: &ExecRequest) -> Result<PathBuf, SandboxError> {
+        if !self.dir.is_dir() {
+            return Err(SandboxError::Gone(format!(
+                "scratch directory {} was removed",
+                self.dir.display()
+            )));
+        }
+        Ok(match request.workdir.as_deref() {
+            Some(w) => self.resolve(w),
+            None => self.cwd.lock().expect("lock poisoned").clone(),
         })
+    }
+
+    /// Starts the task's persistent shell (its own process group, the sandbox environment).
+    fn start_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
+        let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&self.dir)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
+        let link = LocalLink {
+            pgid: child.id().map(|p| p as i32),
+            stdin: child.stdin.take().expect("stdin is piped"),
+            report: child.stdout.take().expect("stdout is piped"),
+            output: child.stderr.take().expect("stderr is piped"),
+            child,
+            report_buf: vec![0; 1024],
+            output_buf: vec![0; 16 * 1024],
+            output_eof: false,
+        };
+        Ok(PersistentShell::new(link))
+    }
+
+    fn kill_all(&self) {
+        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        for pgid in groups {
+            kill_group(pgid);
+        }
+    }
+}
+
+/// The result of a command that ended.
+fn finished(output: CappedOutput, exit_code: i32) -> ExecOutput {
+    ExecOutput {
+        output: output.finish(),
+        exit_code,
+        timed_out: false,
+    }
+}
+
+/// The result of a command the deadline killed.
+fn killed_by_deadline(output: CappedOutput, timeout: Duration) -> ExecOutput {
+    let mut output = output.finish();
+    output.push_str(&format!(
+        "\n[Command timed out after {}s]",
+        timeout.as_secs()
+    ));
+    ExecOutput {
+        output,
+        exit_code: 124,
+        timed_out: true,
+    }
+}
+
+/// The pipes of a local persistent shell; dropping it kills the shell's process group.
+#[derive(Debug)]
+struct LocalLink {
+    child: Child,
+    pgid: Option<i32>,
+    stdin: ChildStdin,
+    report: ChildStdout,
+    output: ChildStderr,
+    report_buf: Vec<u8>,
+    output_buf: Vec<u8>,
+    output_eof: bool,
+}
+
+#[async_trait]
+impl ShellLink for LocalLink {
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stdin.write_all(bytes).await
+    }
+
+    async fn recv(&mut self) -> Piece {
+        loop {
+            tokio::select! {
+                read = self.output.read(&mut self.output_buf), if !self.output_eof => match read {
+                    Ok(0) | Err(_) => self.output_eof = true,
+                    Ok(n) => return Piece::Output(self.output_buf[..n].to_vec()),
+                },
+                read = self.report.read(&mut self.report_buf) => return match read {
+                    Ok(0) | Err(_) => Piece::Closed,
+                    Ok(n) => Piece::Report(self.report_buf[..n].to_vec()),
+                },
+            }
+        }
+    }
+
+    async fn exit_code(&mut self) -> Option<i32> {
+        let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        let status = status.ok()?.ok()?;
+        use std::os::unix::process::ExitStatusExt;
+        Some(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
+    }
+
+    async fn close(&mut self) {
+        // The shell was sent the quit frame: reap it now (no zombie, and its CPU time is
+        // accounted to this process), then there is no group left to kill.
+        if self.exit_code().await.is_some() {
+            self.pgid = None;
+        }
+    }
+}
+
+impl Drop for LocalLink {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid);
+        }
+    }
+}
+
+fn kill_group(pgid: i32) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => SandboxError::NotFound(path.display().to_string()),
+        std::io::ErrorKind::IsADirectory => SandboxError::IsDirectory(path.display().to_string()),
+        _ => SandboxError::Io(format!("{}: {e}", path.display())),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+) -> Result<T, SandboxError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SandboxError::Io(format!("file copy thread failed: {e}")))?
+}
+
+#[async_trait]
+impl Sandbox for LocalSandbox {
+    fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    fn workdir(&self) -> &str {
+        &self.dir_str
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = self.command_cwd(&request)?;
+        let Ok(mut slot) = self.shell.try_lock() else {
+            // Another command of this sandbox is running in the shell: run this one beside it.
+            return self.exec_one_shot_in(cwd, request).await;
+        };
+        let cwd_text = cwd.to_string_lossy().into_owned();
+        if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
+            return self.exec_one_shot_in(cwd, request).await;
+        }
+        for fresh in [false, true] {
+            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
+                *slot = Some(self.start_shell()?);
+            }
+            let shell = slot.as_mut().expect("a shell was just started");
+            let deadline = Instant::now() + request.timeout;
+            let groups = &self.process_groups;
+            let outcome = shell
+                .run(
+                    &cwd_text,
+                    &request.command,
+                    request.output_limit,
+                    deadline,
+                    |pgid| groups.lock().expect("lock poisoned").push(pgid),
+                )
+                .await;
+            match outcome {
+                Outcome::Done { output, code, cwd } => {
+                    if let (Some(cwd), None) = (cwd, &request.workdir) {
+                        *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
+                    }
+                    return Ok(finished(output, code));
+                }
+                Outcome::TimedOut { output, pgid } => {
+                    if let Some(pgid) = pgid {
+                        kill_group(pgid);
+                    }
+                    if !shell.settle().await {
+                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
+                        *slot = None;
+                    }
+                    return Ok(killed_by_deadline(output, request.timeout));
+                }
+                Outcome::Died {
+                    output,
+                    started,
+                    code,
+                } => {
+                    *slot = None;
+                    if started {
+                        return Ok(finished(output, code.unwrap_or(-1)));
+                    }
+                    if fresh {
+                        warn!(
+                            "the persistent shell of {} cannot start (exit {code:?}); running its commands one-shot",
+                            self.task_id
+                        );
+                        self.shell_unavailable.store(true, Relaxed);
+                    }
+                }
+            }
+        }
+        drop(slot);
+        self.exec_one_shot_in(cwd, request).await
+    }
+
+    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = self.command_cwd(&request)?;
+        self.exec_one_shot_in(cwd, request).await
+    }
+
+    async fn reset_processes(&self) -> Result<(), SandboxError> {
+        let mut shell = self.shell.lock().await;
+        self.kill_all();
+        if let Some(shell) = shell.take() {
+            shell.close().await;
+        }
+        Ok(())
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
@@ -394,7 +597,8 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
-        self.kill_all();
+        self.reset_processes().await?;
+        let _ = tokio::fs::remove_file(&self.state_file).await;
         match tokio::fs::remove_dir_all(&self.dir).await {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -405,7 +609,9 @@ impl Sandbox for LocalSandbox {
 
 impl Drop for LocalSandbox {
     fn drop(&mut self) {
+        *self.shell.get_mut() = None;
         self.kill_all();
+        let _ = std::fs::remove_file(&self.state_file);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -2,7 +2,8 @@
 //! exactly one rollout (its task id) and is torn down when the rollout ends. Two backends
 //! behave alike for tools and `ToolContext`: [`docker`] (a hardened container per task, files
 //! through the archive API) and [`LocalProvider`] (a scratch directory per task). Both run
-//! commands through the same shell wrapper, so the working directory persists across commands.
+//! commands through the same persistent shell (one per sandbox), so the working directory persists
+//! across commands.
 
 mod archive;
 mod backend;
@@ -11,6 +12,7 @@ pub mod docker;
 mod links;
 mod local;
 mod output;
+mod persistent;
 mod shell;
 mod ssh;
 mod task;
@@ -161,8 +163,19 @@ pub trait Sandbox: Send + Sync {
     fn task_id(&self) -> &str;
     /// The default working directory (and `~`).
     fn workdir(&self) -> &str;
-    /// Runs a command; a timeout kills its whole process group and yields exit code 124.
+    /// Runs a command in the sandbox's persistent shell; a timeout kills its whole process
+    /// group and yields exit code 124.
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError>;
+    /// Runs a command in a fresh shell of its own (not the persistent one), with the same
+    /// semantics: for reward commands whose author wants them isolated from the agent's shell.
+    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.exec(request).await
+    }
+    /// Kills every process the sandbox's commands started, the persistent shell included (the
+    /// next command starts a fresh shell; the working directory is kept).
+    async fn reset_processes(&self) -> Result<(), SandboxError> {
+        Ok(())
+    }
     /// Reads a file's bytes (`~` and relative paths resolve against the working directory).
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
     /// Writes a file atomically, creating parent directories; returns whether any were created.

@@ -1,4 +1,6 @@
-//! The shell wrapper both backends run every command in. It keeps the command's stdout and
+//! The one-shot shell wrapper (`bash -c` per command): the path for `exec_one_shot`, for a
+//! command issued while the persistent shell is busy, and for images where the persistent
+//! shell cannot start (see `persistent.rs` for the usual path). It keeps the command's stdout and
 //! stderr merged on one stream and reports on a separate one (the original stderr): first its
 //! process id (the command's process group, killed on timeout), then at exit the exit code and
 //! the final working directory, so `cd` persists across `terminal` calls of one task. At exit

@@ -40,6 +40,12 @@ impl Sandbox for Watched {
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.seen(self.inner.exec(request).await)
     }
+    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.seen(self.inner.exec_one_shot(request).await)
+    }
+    async fn reset_processes(&self) -> Result<(), SandboxError> {
+        self.seen(self.inner.reset_processes().await)
+    }
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         self.seen(self.inner.read_file(path).await)
     }

@@ -355,6 +355,18 @@ impl Sandbox for PlacedSandbox {
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.guarded(self.inner.exec(request)).await
     }
+    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.guarded(self.inner.exec_one_shot(request)).await
+    }
+    async fn reset_processes(&self) -> Result<(), SandboxError> {
+        self.guarded(self.inner.reset_processes()).await
+    }
+    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        self.guarded(self.inner.kill_leftover_processes(keep)).await
+    }
+    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+        self.guarded(self.inner.changed_paths()).await
+    }
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         self.guarded(self.inner.read_file(path)).await
     }

@@ -1,10 +1,12 @@
-//! One task's container: commands through one exec each (streamed, capped, under a deadline
-//! that kills the command's process group inside the container), files through the archive
+//! One task's container: commands through its persistent shell, one attached exec session
+//! kept for the rollout (streamed, capped, under a deadline that kills the command's process
+//! group inside the container; one exec per command when asked or when no shell can start), files through the archive
 //! endpoints (through `tar` in an exec for paths on tmpfs mounts, which those endpoints cannot
 //! see), removal through the container's guard.
 
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +27,9 @@ use tracing::{debug, warn};
 
 use super::{Container, Shared};
 use crate::sandbox::archive::{pack, unpack, PackSource, TarStream, Unpack, Unpacked};
+use crate::sandbox::persistent::{
+    frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink,
+};
 use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use crate::sandbox::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer, READ_LIMIT,
@@ -59,6 +64,85 @@ pub struct DockerSandbox {
     cwd: Mutex<String>,
     home: OnceCell<String>,
     tmpfs: Vec<String>,
+    /// The persistent shell, started by the first command (and again after it died).
+    shell: tokio::sync::Mutex<Option<PersistentShell<DockerLink>>>,
+    /// Set when a fresh shell could not start: commands then run one exec each.
+    shell_unavailable: AtomicBool,
+    /// Process groups of the commands the shell ran (killed by `reset_processes`).
+    process_groups: Mutex<Vec<i32>>,
+}
+
+/// The attached exec session of a container's persistent shell.
+struct DockerLink {
+    docker: Docker,
+    exec_id: String,
+    input: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+}
+
+impl std::fmt::Debug for DockerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerLink")
+            .field("exec_id", &self.exec_id)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl ShellLink for DockerLink {
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.input.write_all(bytes).await?;
+        self.input.flush().await
+    }
+
+    async fn recv(&mut self) -> Piece {
+        loop {
+            return match self.output.next().await {
+                Some(Ok(LogOutput::StdOut { message })) => Piece::Report(message.to_vec()),
+                Some(Ok(LogOutput::StdErr { message })) => Piece::Output(message.to_vec()),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => Piece::Closed,
+            };
+        }
+    }
+
+    async fn exit_code(&mut self) -> Option<i32> {
+        for _ in 0..50 {
+            let info = self.docker.inspect_exec(&self.exec_id).await.ok()?;
+            if info.running != Some(true) {
+                return info.exit_code.map(|c| c as i32);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    }
+
+    async fn close(&mut self) {
+        let _ = self.input.shutdown().await;
+    }
+}
+
+/// The result of a command that ended.
+fn finished(output: CappedOutput, exit_code: i32) -> ExecOutput {
+    ExecOutput {
+        output: output.finish(),
+        exit_code,
+        timed_out: false,
+    }
+}
+
+/// The result of a command the deadline killed.
+fn killed_by_deadline(output: CappedOutput, timeout: Duration) -> ExecOutput {
+    let mut output = output.finish();
+    output.push_str(&format!(
+        "\n[Command timed out after {}s]",
+        timeout.as_secs()
+    ));
+    ExecOutput {
+        output,
+        exit_code: 124,
+        timed_out: true,
+    }
 }
 
 impl std::fmt::Debug for DockerSandbox {
@@ -132,6 +216,9 @@ impl DockerSandbox {
             cwd: Mutex::new(shared.settings.workdir.clone()),
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
+            shell: tokio::sync::Mutex::new(None),
+            shell_unavailable: AtomicBool::new(false),
+            process_groups: Mutex::new(Vec::new()),
             container,
             shared,
         }
@@ -477,6 +564,121 @@ impl DockerSandbox {
         }
     }
 
+    /// Runs one command in an exec of its own (the one-shot path).
+    async fn exec_one_shot_in(
+        &self,
+        cwd: String,
+        request: ExecRequest,
+    ) -> Result<ExecOutput, SandboxError> {
+        let deadline = Instant::now() + request.timeout;
+        let nonce = nonce();
+        let exec_id = self
+            .create_exec(wrapper_argv(&cwd, &request.command, &nonce), false)
+            .await?;
+        let started = tokio::time::timeout_at(deadline, self.docker().start_exec(&exec_id, None))
+            .await
+            .map_err(|_| SandboxError::Daemon("starting the command timed out".into()))?
+            .map_err(|e| container_error(self.name(), e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err(SandboxError::Io("exec did not attach".into()));
+        };
+        let mut capture = CappedOutput::new(request.output_limit);
+        let mut sync = OutputSync::new(&nonce);
+        let mut report = ReportReader::default();
+        let mut drain_until: Option<Instant> = None;
+        let mut timed_out = false;
+        // Done at end of stream, or once the shell reported its exit and its end marker
+        // arrived on the output stream (a daemon it started may hold the stream open).
+        loop {
+            if report.finished() {
+                if sync.seen() {
+                    break;
+                }
+                drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
+            }
+            let wait_until = match drain_until {
+                Some(until) => until.min(Instant::now() + DRAIN_QUIET),
+                None => deadline,
+            };
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        sync.push(&message, |b| capture.push(b));
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => report.push(&message),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(container_error(self.name(), e)),
+                    None => break,
+                },
+                _ = sleep_until(wait_until) => {
+                    timed_out = drain_until.is_none();
+                    break;
+                }
+            }
+        }
+        if !sync.seen() {
+            sync.flush(|b| capture.push(b));
+        }
+        drop(output);
+        if timed_out {
+            if let Some(pgid) = report.report().pid {
+                self.kill_group(pgid).await;
+            }
+            return Ok(killed_by_deadline(capture, request.timeout));
+        }
+        let exit_code = match report.report().exit {
+            Some((code, final_cwd)) => {
+                if request.workdir.is_none() {
+                    *self.cwd.lock().expect("lock poisoned") = final_cwd;
+                }
+                code
+            }
+            None => {
+                // The shell did not exit through its trap (killed, or bash is missing).
+                let code = self.exec_exit_code(&exec_id).await?;
+                let stray = report.stray_text();
+                if !stray.is_empty() {
+                    capture.push(stray.as_bytes());
+                }
+                code
+            }
+        };
+        Ok(finished(capture, exit_code))
+    }
+
+    /// The working directory a request runs in.
+    async fn command_cwd(&self, request: &ExecRequest) -> Result<String, SandboxError> {
+        Ok(match request.workdir.as_deref() {
+            Some(w) => self.abs(w).await?,
+            None => self.cwd.lock().expect("lock poisoned").clone(),
+        })
+    }
+
+    /// Starts the container's persistent shell: one exec with stdin attached, kept for the
+    /// rollout.
+    async fn start_shell(&self) -> Result<PersistentShell<DockerLink>, SandboxError> {
+        let id = nonce();
+        let state = [
+            format!("/tmp/.hermes-cwd-{id}"),
+            format!("/dev/shm/.hermes-cwd-{id}"),
+        ];
+        let exec_id = self.create_exec(shell_argv(&state), true).await?;
+        let started = self
+            .docker()
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(SandboxError::Io("exec did not attach".into()));
+        };
+        Ok(PersistentShell::new(DockerLink {
+            docker: self.docker().clone(),
+            exec_id,
+            input,
+            output,
+        }))
+    }
+
     async fn kill_group(&self, pgid: i32) {
         let argv = vec![
             "bash".into(),
@@ -541,97 +743,100 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let deadline = Instant::now() + request.timeout;
-        let cwd = match request.workdir.as_deref() {
-            Some(w) => self.abs(w).await?,
-            None => self.cwd.lock().expect("lock poisoned").clone(),
+        let cwd = self.command_cwd(&request).await?;
+        let Ok(mut slot) = self.shell.try_lock() else {
+            // Another command of this sandbox is running in the shell: run this one beside it.
+            return self.exec_one_shot_in(cwd, request).await;
         };
-        let nonce = nonce();
-        let exec_id = self
-            .create_exec(wrapper_argv(&cwd, &request.command, &nonce), false)
-            .await?;
-        let started = tokio::time::timeout_at(deadline, self.docker().start_exec(&exec_id, None))
-            .await
-            .map_err(|_| SandboxError::Daemon("starting the command timed out".into()))?
-            .map_err(|e| container_error(self.name(), e))?;
-        let StartExecResults::Attached { mut output, .. } = started else {
-            return Err(SandboxError::Io("exec did not attach".into()));
-        };
-        let mut capture = CappedOutput::new(request.output_limit);
-        let mut sync = OutputSync::new(&nonce);
-        let mut report = ReportReader::default();
-        let mut drain_until: Option<Instant> = None;
-        let mut timed_out = false;
-        // Done at end of stream, or once the shell reported its exit and its end marker
-        // arrived on the output stream (a daemon it started may hold the stream open).
-        loop {
-            if report.finished() {
-                if sync.seen() {
-                    break;
-                }
-                drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
+        if !frameable(&cwd, &request.command) || self.shell_unavailable.load(Relaxed) {
+            return self.exec_one_shot_in(cwd, request).await;
+        }
+        for fresh in [false, true] {
+            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
+                *slot = Some(self.start_shell().await?);
             }
-            let wait_until = match drain_until {
-                Some(until) => until.min(Instant::now() + DRAIN_QUIET),
-                None => deadline,
-            };
-            tokio::select! {
-                item = output.next() => match item {
-                    Some(Ok(LogOutput::StdOut { message })) => {
-                        sync.push(&message, |b| capture.push(b));
+            let shell = slot.as_mut().expect("a shell was just started");
+            let deadline = Instant::now() + request.timeout;
+            let outcome = shell
+                .run(
+                    &cwd,
+                    &request.command,
+                    request.output_limit,
+                    deadline,
+                    |pgid| {
+                        self.process_groups
+                            .lock()
+                            .expect("lock poisoned")
+                            .push(pgid)
+                    },
+                )
+                .await;
+            match outcome {
+                Outcome::Done { output, code, cwd } => {
+                    if let (Some(cwd), None) = (cwd, &request.workdir) {
+                        *self.cwd.lock().expect("lock poisoned") = cwd;
                     }
-                    Some(Ok(LogOutput::StdErr { message })) => report.push(&message),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(container_error(self.name(), e)),
-                    None => break,
-                },
-                _ = sleep_until(wait_until) => {
-                    timed_out = drain_until.is_none();
-                    break;
+                    return Ok(finished(output, code));
+                }
+                Outcome::TimedOut { output, pgid } => {
+                    if let Some(pgid) = pgid {
+                        self.kill_group(pgid).await;
+                    }
+                    if !shell.settle().await {
+                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
+                        *slot = None;
+                    }
+                    return Ok(killed_by_deadline(output, request.timeout));
+                }
+                Outcome::Died {
+                    output,
+                    started,
+                    code,
+                } => {
+                    *slot = None;
+                    if started {
+                        return Ok(finished(output, code.unwrap_or(-1)));
+                    }
+                    if fresh {
+                        warn!(
+                            "the persistent shell in {} cannot start (exit {code:?}); running its commands one exec each",
+                            self.name()
+                        );
+                        self.shell_unavailable.store(true, Relaxed);
+                    }
                 }
             }
         }
-        if !sync.seen() {
-            sync.flush(|b| capture.push(b));
+        drop(slot);
+        self.exec_one_shot_in(cwd, request).await
+    }
+
+    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = self.command_cwd(&request).await?;
+        self.exec_one_shot_in(cwd, request).await
+    }
+
+    async fn reset_processes(&self) -> Result<(), SandboxError> {
+        let mut shell = self.shell.lock().await;
+        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        if !groups.is_empty() {
+            // Process groups the shell reported; killing them ends the shell's `wait`, and the
+            // shell exits at the end of its stdin, closed below.
+            let mut argv: Vec<String> = [
+                "bash",
+                "-c",
+                "kill -KILL -- \"$@\" 2>/dev/null; true",
+                "hermes",
+            ]
+            .map(String::from)
+            .to_vec();
+            argv.extend(groups.iter().map(|g| format!("-{g}")));
+            self.exec_collect(argv, None).await?;
         }
-        drop(output);
-        if timed_out {
-            if let Some(pgid) = report.report().pid {
-                self.kill_group(pgid).await;
-            }
-            let mut text = capture.finish();
-            text.push_str(&format!(
-                "\n[Command timed out after {}s]",
-                request.timeout.as_secs()
-            ));
-            return Ok(ExecOutput {
-                output: text,
-                exit_code: 124,
-                timed_out: true,
-            });
+        if let Some(shell) = shell.take() {
+            shell.close().await;
         }
-        let exit_code = match report.report().exit {
-            Some((code, final_cwd)) => {
-                if request.workdir.is_none() {
-                    *self.cwd.lock().expect("lock poisoned") = final_cwd;
-                }
-                code
-            }
-            None => {
-                // The shell did not exit through its trap (killed, or bash is missing).
-                let code = self.exec_exit_code(&exec_id).await?;
-                let stray = report.stray_text();
-                if !stray.is_empty() {
-                    capture.push(stray.as_bytes());
-                }
-                code
-            }
-        };
-        Ok(ExecOutput {
-            output: capture.finish(),
-            exit_code,
-            timed_out: false,
-        })
+        Ok(())
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
@@ -740,6 +945,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
+        *self.shell.lock().await = None;
         self.container.guard.remove(self.docker()).await
     }
 }

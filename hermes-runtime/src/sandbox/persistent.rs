@@ -1,0 +1,339 @@
+//! The persistent shell both backends keep per sandbox: one long-lived `bash` reading framed
+//! commands on its stdin, instead of one `bash -c` (or one Docker exec) per command.
+//!
+//! Each command runs in a forked subshell in its own process group (killed on timeout while
+//! the shell lives on), with stdin from `/dev/null` (the framing channel is not the model's to
+//! read) and stdout + stderr on the shell's stderr, the *output* channel. The shell's stdout,
+//! the *report* channel, is written only by the shell itself; the command's process group
+//! never holds it, so it cannot forge a report: `P<pgid>` once the command started, then
+//! `X<exit code>` and the final working directory once it ended. Just before the exit record
+//! the shell writes the command's end marker (a fresh nonce per command) on the output
+//! channel, after everything the command printed. Only the working directory persists between
+//! commands (the subshell writes it to a state file on exit), as with the one-shot wrapper.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use tokio::time::{sleep_until, Instant};
+
+use super::shell::{nonce, OutputSync};
+use super::CappedOutput;
+
+/// The shell's script (the output channel moves to fd 3, so job notices on fd 2 are dropped);
+/// its arguments are candidate paths of the working-directory state file
+/// (the first writable one is used; none writable = exit 97, and the caller runs one-shot).
+const SCRIPT: &str = r#"exec 3>&2 2>/dev/null
+set -m
+trap : TERM INT HUP QUIT
+for hermes_s in "$@"; do : >"$hermes_s" 2>/dev/null && break; hermes_s=; done
+[ -n "$hermes_s" ] || exit 97
+printf -v hermes_q %q "$hermes_s"
+hermes_t="pwd -P >$hermes_q 2>/dev/null || pwd >$hermes_q"
+while IFS= read -r -d '' hermes_c && IFS= read -r -d '' hermes_d && IFS= read -r -d '' hermes_n && [ -n "$hermes_n" ]; do
+  : >"$hermes_s"
+  (
+    set +m
+    trap - TERM INT HUP QUIT
+    trap "$hermes_t" EXIT
+    cd -- "$hermes_c" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
+    unset hermes_s hermes_q hermes_t hermes_c hermes_n hermes_p hermes_r hermes_w
+    set --
+    eval "$hermes_d"
+  ) </dev/null >&3 2>&3 3>&- &
+  hermes_p=$!
+  printf 'P%s\0' "$hermes_p"
+  wait "$hermes_p"; hermes_r=$?
+  while kill -0 "$hermes_p" 2>/dev/null; do wait "$hermes_p"; hermes_r=$?; done
+  hermes_w=
+  IFS= read -r -d '' hermes_w <"$hermes_s" 2>/dev/null
+  printf '\036%s\036' "$hermes_n" >&3
+  printf 'X%s\0%s\0' "$hermes_r" "${hermes_w%$'\n'}"
+done
+"#;
+
+/// A frame with an empty nonce: the shell leaves its loop and exits.
+const QUIT: &[u8] = b"\0\0\0";
+
+/// After a timeout kill, how long the shell may take to report the killed command's end
+/// before it is declared out of sync (and replaced).
+pub(crate) const SETTLE_MAX: Duration = Duration::from_secs(5);
+
+/// The argv starting the persistent shell with these state-file candidates.
+pub(crate) fn shell_argv(state_files: &[String]) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["bash".into(), "-c".into(), SCRIPT.into(), "hermes".into()];
+    argv.extend(state_files.iter().cloned());
+    argv
+}
+
+/// True when a command can go through the framing (bash strings cannot hold NUL bytes; such
+/// a command takes the one-shot path, which reports the error as before).
+pub(crate) fn frameable(cwd: &str, command: &str) -> bool {
+    !cwd.contains('\0') && !command.contains('\0')
+}
+
+/// One piece of what the shell sent.
+#[derive(Debug)]
+pub(crate) enum Piece {
+    /// Bytes of the report channel (the shell's stdout).
+    Report(Vec<u8>),
+    /// Bytes of the output channel (the commands' merged stdout and stderr).
+    Output(Vec<u8>),
+    /// The shell is gone (its report channel ended, or the transport failed).
+    Closed,
+}
+
+/// The transport to one running shell: its stdin and its two output channels.
+#[async_trait]
+pub(crate) trait ShellLink: Send {
+    /// Writes bytes to the shell's stdin.
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()>;
+    /// The next piece the shell sent; must be cancel-safe.
+    async fn recv(&mut self) -> Piece;
+    /// The shell's own exit code once it is gone (`None` when unknown).
+    async fn exit_code(&mut self) -> Option<i32>;
+    /// Ends the shell's stdin (some transports cannot half-close, so the caller sent
+    /// [`QUIT`] first).
+    async fn close(&mut self) {}
+}
+
+/// How one command ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The command exited; `cwd` is its final working directory when it exited normally.
+    Done {
+        /// What it printed.
+        output: CappedOutput,
+        /// Its exit code (128 + signal when killed).
+        code: i32,
+        /// Its final working directory (`None` when it did not exit through the trap).
+        cwd: Option<String>,
+    },
+    /// The deadline passed; the caller kills `pgid` and then calls [`PersistentShell::settle`].
+    TimedOut {
+        /// What it printed before the deadline.
+        output: CappedOutput,
+        /// The command's process group, when it was reported.
+        pgid: Option<i32>,
+    },
+    /// The shell died. `started` says whether the command had begun (if not, it is safe to
+    /// run it again on a fresh shell).
+    Died {
+        /// What it printed before.
+        output: CappedOutput,
+        /// Whether the shell had reported the command's start.
+        started: bool,
+        /// The shell's exit code, when known.
+        code: Option<i32>,
+    },
+}
+
+/// Splits the report channel into NUL-terminated fields.
+#[derive(Debug, Default)]
+struct Fields {
+    raw: Vec<u8>,
+}
+
+impl Fields {
+    fn push(&mut self, bytes: &[u8]) {
+        self.raw.extend_from_slice(bytes);
+    }
+
+    fn next(&mut self) -> Option<String> {
+        let end = self.raw.iter().position(|b| *b == 0)?;
+        let field = String::from_utf8_lossy(&self.raw[..end]).into_owned();
+        self.raw.drain(..=end);
+        Some(field)
+    }
+}
+
+/// The command in flight: what has arrived of its end.
+#[derive(Debug)]
+struct InFlight {
+    sync: OutputSync,
+    pgid: Option<i32>,
+    exit: Option<(i32, Option<String>)>,
+}
+
+impl InFlight {
+    fn finished(&self) -> bool {
+        self.exit.is_some() && self.sync.seen()
+    }
+}
+
+/// A running shell and the framing state of its channels.
+#[derive(Debug)]
+pub(crate) struct PersistentShell<L> {
+    link: L,
+    fields: Fields,
+    /// A report field `X<code>` whose working-directory field has not arrived yet.
+    pending_code: Option<i32>,
+    /// The command whose end has not been read yet (after a timeout or a death).
+    in_flight: Option<InFlight>,
+}
+
+impl<L: ShellLink> PersistentShell<L> {
+    /// Wraps a freshly started shell.
+    pub fn new(link: L) -> Self {
+        PersistentShell {
+            link,
+            fields: Fields::default(),
+            pending_code: None,
+            in_flight: None,
+        }
+    }
+
+    /// Ends the shell's stdin: the shell exits once its current command is over.
+    pub async fn close(mut self) {
+        let _ = self.link.send(QUIT).await;
+        self.link.close().await;
+    }
+
+    /// True when no earlier command's end is still outstanding (the shell can take another).
+    pub fn in_sync(&self) -> bool {
+        self.in_flight.is_none()
+    }
+
+    /// Runs `command` in `cwd` until it ends or `deadline` passes, streaming its output into a
+    /// capture of `limit` characters; `on_pgid` learns its process group as soon as it starts.
+    pub async fn run(
+        &mut self,
+        cwd: &str,
+        command: &str,
+        limit: usize,
+        deadline: Instant,
+        mut on_pgid: impl FnMut(i32),
+    ) -> Outcome {
+        let mut output = CappedOutput::new(limit);
+        let nonce = nonce();
+        let frame = format!("{cwd}\0{command}\0{nonce}\0");
+        self.in_flight = Some(InFlight {
+            sync: OutputSync::new(&nonce),
+            pgid: None,
+            exit: None,
+        });
+        if !self.drop_stale_output() || self.link.send(frame.as_bytes()).await.is_err() {
+            return self.died(output).await;
+        }
+        loop {
+            let flight = self.in_flight.as_ref().expect("a command is in flight");
+            if flight.finished() {
+                let flight = self.in_flight.take().expect("a command is in flight");
+                let (code, cwd) = flight.exit.expect("finished");
+                return Outcome::Done { output, code, cwd };
+            }
+            let piece = tokio::select! {
+                piece = self.link.recv() => piece,
+                _ = sleep_until(deadline) => {
+                    // The marker is written only once the command ended: what is held back
+                    // is the command's own output.
+                    let flight = self.in_flight.as_mut().expect("a command is in flight");
+                    flight.sync.flush(|b| output.push(b));
+                    let pgid = flight.pgid;
+                    return Outcome::TimedOut { output, pgid };
+                }
+            };
+            if !self.absorb(piece, &mut output, &mut on_pgid) {
+                return self.died(output).await;
+            }
+        }
+    }
+
+    /// Drops what daemons of earlier commands printed since the last command ended (the
+    /// one-shot wrapper never showed it either). False when the shell turns out to be gone.
+    fn drop_stale_output(&mut self) -> bool {
+        while let Some(piece) = self.link.recv().now_or_never() {
+            match piece {
+                Piece::Output(_) => {}
+                Piece::Report(bytes) => self.fields.push(&bytes),
+                Piece::Closed => return false,
+            }
+        }
+        true
+    }
+
+    /// After the caller killed a timed-out command's process group: reads until the shell
+    /// reports that command's end (its late output is dropped). False = the shell is out of
+    /// sync and must be replaced.
+    pub async fn settle(&mut self) -> bool {
+        let until = Instant::now() + SETTLE_MAX;
+        let mut sink = CappedOutput::new(0);
+        while self.in_flight.as_ref().is_some_and(|f| !f.finished()) {
+            let piece = tokio::select! {
+                piece = self.link.recv() => piece,
+                _ = sleep_until(until) => return false,
+            };
+            if !self.absorb(piece, &mut sink, &mut |_| {}) {
+                return false;
+            }
+        }
+        self.in_flight = None;
+        true
+    }
+
+    /// Takes in one piece; false when the shell is gone.
+    fn absorb(
+        &mut self,
+        piece: Piece,
+        output: &mut CappedOutput,
+        on_pgid: &mut impl FnMut(i32),
+    ) -> bool {
+        let flight = self.in_flight.as_mut().expect("a command is in flight");
+        match piece {
+            Piece::Output(bytes) => flight.sync.push(&bytes, |b| output.push(b)),
+            Piece::Report(bytes) => {
+                self.fields.push(&bytes);
+                while let Some(field) = self.fields.next() {
+                    if let Some(code) = self.pending_code.take() {
+                        flight.exit = Some((code, Some(field).filter(|c| !c.is_empty())));
+                    } else if let Some(pid) = field.strip_prefix('P') {
+                        flight.pgid = pid.parse().ok();
+                        if let Some(pgid) = flight.pgid {
+                            on_pgid(pgid);
+                        }
+                    } else if let Some(code) = field.strip_prefix('X') {
+                        self.pending_code = Some(code.parse().unwrap_or(-1));
+                    }
+                }
+            }
+            Piece::Closed => return false,
+        }
+        true
+    }
+
+    async fn died(&mut self, mut output: CappedOutput) -> Outcome {
+        let flight = self.in_flight.as_mut().expect("a command is in flight");
+        flight.sync.flush(|b| output.push(b));
+        let started = flight.pgid.is_some();
+        let code = self.link.exit_code().await;
+        Outcome::Died {
+            output,
+            started,
+            code,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_fields_are_split_on_nul_across_chunks() {
+        let mut f = Fields::default();
+        f.push(b"P12");
+        assert_eq!(f.next(), None);
+        f.push(b"3\0X0\0/ro");
+        assert_eq!(f.next().as_deref(), Some("P123"));
+        assert_eq!(f.next().as_deref(), Some("X0"));
+        assert_eq!(f.next(), None);
+        f.push(b"ot\0");
+        assert_eq!(f.next().as_deref(), Some("/root"));
+    }
+
+    #[test]
+    fn commands_with_nul_bytes_are_not_framed() {
+        assert!(frameable("/x", "echo hi"));
+        assert!(!frameable("/x", "echo \0hi"));
+    }
+}

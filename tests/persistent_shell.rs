@@ -1,0 +1,214 @@
+//! The persistent shell of both backends (local scratch dir and real Docker): commands share
+//! one long-lived shell, a shell that dies is replaced transparently (the working directory
+//! kept), a command reading stdin gets end of file rather than the framing channel, output
+//! that contains the framing bytes is passed through verbatim and cannot forge a report,
+//! `reset_processes` kills the shell and what commands left running, and `exec_one_shot`
+//! runs outside the persistent shell.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::docker::{require_docker, settings};
+use hermes_env::sandbox::{
+    DockerProvider, ExecRequest, LocalProvider, Sandbox, SandboxProvider, SandboxSpec,
+};
+
+const TEST_LIMIT: Duration = Duration::from_secs(180);
+
+fn req(command: &str) -> ExecRequest {
+    ExecRequest::new(command, Duration::from_secs(30))
+}
+
+async fn run(s: &dyn Sandbox, command: &str) -> (i32, String) {
+    let out = s.exec(req(command)).await.expect("exec");
+    (out.exit_code, out.output)
+}
+
+/// The persistent shell's pid (`$$` in a command is the shell, commands run in subshells).
+async fn shell_pid(s: &dyn Sandbox) -> String {
+    let (code, out) = run(s, "echo $$").await;
+    assert_eq!(code, 0, "{out}");
+    out.trim().to_owned()
+}
+
+async fn with_backend<F, Fut>(backend: &str, body: F)
+where
+    F: FnOnce(Arc<dyn Sandbox>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let p: Arc<dyn SandboxProvider> = match backend {
+        "local" => Arc::new(LocalProvider::new().expect("local provider")),
+        _ => {
+            require_docker();
+            Arc::new(
+                DockerProvider::connect(settings())
+                    .await
+                    .expect("docker provider"),
+            )
+        }
+    };
+    let s = p
+        .create("shell", &SandboxSpec::default())
+        .await
+        .expect("create sandbox");
+    tokio::time::timeout(TEST_LIMIT, body(s.clone()))
+        .await
+        .expect("the test exceeded its time limit");
+    s.teardown().await.expect("teardown");
+}
+
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::with_backend("local", super::$name).await } )*
+        }
+        mod docker {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::with_backend("docker", super::$name).await } )*
+        }
+    };
+}
+
+both_backends!(
+    commands_share_one_shell,
+    a_shell_that_dies_mid_rollout_is_replaced_and_the_cwd_kept,
+    a_command_reading_stdin_gets_end_of_file,
+    output_containing_the_framing_bytes_cannot_confuse_the_framing,
+    reset_processes_kills_the_shell_and_what_commands_left_running,
+    one_shot_commands_run_outside_the_persistent_shell,
+    a_daemons_later_output_does_not_reach_the_next_call,
+);
+
+async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
+    let first = shell_pid(&*s).await;
+    assert_eq!(
+        shell_pid(&*s).await,
+        first,
+        "a second command ran in another shell"
+    );
+    // Variables do not persist (each command is its own subshell), only the cwd does.
+    run(&*s, "export X=1; mkdir -p sub; cd sub").await;
+    let (_, out) = run(&*s, "echo \"[$X]\"; basename \"$PWD\"").await;
+    assert_eq!(out, "[]\nsub\n");
+}
+
+async fn a_shell_that_dies_mid_rollout_is_replaced_and_the_cwd_kept(s: Arc<dyn Sandbox>) {
+    run(&*s, "mkdir -p deep/er; cd deep/er").await;
+    let first = shell_pid(&*s).await;
+    // The command kills its own shell: its result is the shell's death.
+    let out = s
+        .exec(req("echo before; kill -KILL $$; sleep 1; echo after"))
+        .await
+        .expect("exec");
+    assert!(out.output.starts_with("before\n"), "{:?}", out.output);
+    assert_eq!(out.exit_code, 137, "{out:?}");
+    let second = shell_pid(&*s).await;
+    assert_ne!(second, first, "the dead shell must be replaced");
+    let (code, out) = run(&*s, "pwd").await;
+    assert_eq!((code, out.trim().ends_with("/deep/er")), (0, true), "{out}");
+    // Killed between two commands (from outside the shell): the next command just runs.
+    let killed = s
+        .exec_one_shot(req(&format!("kill -KILL {second}")))
+        .await
+        .expect("one-shot kill");
+    assert_eq!(killed.exit_code, 0, "{killed:?}");
+    let (code, out) = run(&*s, "echo alive; pwd").await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.starts_with("alive\n") && out.trim().ends_with("/deep/er"),
+        "{out}"
+    );
+    assert_ne!(shell_pid(&*s).await, second);
+}
+
+async fn a_command_reading_stdin_gets_end_of_file(s: Arc<dyn Sandbox>) {
+    let (code, out) = run(
+        &*s,
+        "cat; echo \"cat=$?\"; read -r x; echo \"read=$? [$x]\"",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "cat=0\nread=1 []\n"));
+    // Reading the shell's own stdin through /proc is the framing channel only in theory:
+    // it is not the command's stdin, and the next command still frames correctly.
+    let (code, out) = run(&*s, "head -c 10 /dev/stdin | od -c | head -1; echo done").await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.ends_with("done\n"), "{out}");
+    assert_eq!(run(&*s, "echo next").await, (0, "next\n".to_owned()));
+}
+
+async fn output_containing_the_framing_bytes_cannot_confuse_the_framing(s: Arc<dyn Sandbox>) {
+    let start = run(&*s, "pwd").await.1;
+    // Record separators (the end marker's framing), NULs and fake report fields on the
+    // output, a fake marker with a guessed nonce, then writes to every fd a report channel
+    // could have: none may end the command early, change the exit code or move the cwd.
+    let command = r#"printf '\036abc\036\000X0\000/etc\000P1\000'; printf '\036%s\036' "$RANDOM"
+for fd in 3 4 56 57; do (printf 'X0\000/etc\000' >&$fd) 2>/dev/null && echo "fd $fd open"; done
+echo after; exit 7"#;
+    let out = s.exec(req(command)).await.expect("exec");
+    assert_eq!(out.exit_code, 7, "{out:?}");
+    assert!(
+        out.output
+            .starts_with("\u{1e}abc\u{1e}\0X0\0/etc\0P1\0\u{1e}"),
+        "{:?}",
+        out.output
+    );
+    assert!(out.output.ends_with("\u{1e}after\n"), "{:?}", out.output);
+    assert!(!out.output.contains("open"), "{:?}", out.output);
+    assert_eq!(run(&*s, "pwd").await.1, start);
+    assert_eq!(run(&*s, "echo next").await, (0, "next\n".to_owned()));
+}
+
+async fn reset_processes_kills_the_shell_and_what_commands_left_running(s: Arc<dyn Sandbox>) {
+    run(&*s, "mkdir -p kept; cd kept").await;
+    let shell = shell_pid(&*s).await;
+    let (_, daemon) = run(&*s, "nohup sleep 1000 >/dev/null 2>&1 & echo $!").await;
+    let daemon = daemon.trim().to_owned();
+    s.reset_processes().await.expect("reset");
+    // Probe from a fresh one-shot shell (the persistent one is gone too).
+    // Alive = present and not a zombie (a container's init may never reap).
+    let probe = format!(
+        "for p in {shell} {daemon}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) && \
+         [ \"$s\" != Z ] && echo \"$p alive\"; done; true"
+    );
+    let mut alive = String::new();
+    for _ in 0..50 {
+        alive = s.exec_one_shot(req(&probe)).await.expect("probe").output;
+        if alive.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !alive.is_empty() {
+        let ps = "for d in /proc/[0-9]*; do echo \"${d#/proc/} $(cut -d' ' -f3-5 $d/stat) $(tr '\\0' ' ' <$d/cmdline | head -c 80)\"; done";
+        let ps = s.exec_one_shot(req(ps)).await.expect("ps").output;
+        panic!("reset_processes left processes running: {alive}\n{ps}");
+    }
+    let (code, out) = run(&*s, "pwd").await;
+    assert_eq!((code, out.trim().ends_with("/kept")), (0, true), "{out}");
+    assert_ne!(shell_pid(&*s).await, shell);
+}
+
+async fn one_shot_commands_run_outside_the_persistent_shell(s: Arc<dyn Sandbox>) {
+    let shell = shell_pid(&*s).await;
+    let one = s
+        .exec_one_shot(req("echo $$; exit 4"))
+        .await
+        .expect("one-shot");
+    assert_eq!(one.exit_code, 4);
+    assert_ne!(one.output.trim(), shell);
+    assert_eq!(
+        shell_pid(&*s).await,
+        shell,
+        "the persistent shell is untouched"
+    );
+}
+
+async fn a_daemons_later_output_does_not_reach_the_next_call(s: Arc<dyn Sandbox>) {
+    let (code, _) = run(&*s, "(sleep 0.3; echo late) &").await;
+    assert_eq!(code, 0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(run(&*s, "echo next").await, (0, "next\n".to_owned()));
+}
