@@ -211,7 +211,11 @@ fn sigint_mid_run_twice_still_removes_every_container() {
     std::thread::sleep(Duration::from_millis(500));
     signal(pid, libc::SIGINT);
     let status = wait_bounded(child, Duration::from_secs(90));
-    assert_eq!(status.code(), Some(130), "runs cancelled by a second signal exit with 130");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "runs cancelled by a second signal exit with 130"
+    );
     // Creations cancelled in flight may land after the exit; the watchdog takes them.
     assert_eq!(
         wait_until_no_containers(pid, Duration::from_secs(15)),

@@ -277,7 +277,7 @@ impl ChatBackend for ManagedSession<'_> {
             let state = self.state.lock().expect("lock poisoned");
             state
                 .nodes
-                .plan(&prompt, tok.bos_id(), |t, special| tok.encode(t, special))
+                .plan(&prompt, tok.bos_id(), |t, _| tok.encode_rendered(t))
                 .map_err(template_error)?
         };
         let generated = self

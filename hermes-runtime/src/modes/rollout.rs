@@ -19,7 +19,7 @@ use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, RewardOutcome, ScoredRollout};
 use crate::llm::managed::{NodeList, MASKED};
-use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
+use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split, ToolSchema};
 use crate::sandbox::{SandboxProvider, TaskSandbox};
 use crate::testing::ReferenceBook;
 use crate::tools::budget::ResultBudget;
@@ -480,12 +480,13 @@ pub async fn collect_group<A: EnvAccess>(
     let result = match failed {
         Some(failed) => Err(failed),
         None => {
+            let schemas = tools.schemas();
             let items = rollouts
                 .iter()
                 .zip(&nodes)
                 .map(|(r, nodes)| {
                     let (tokens, masks, inference_logprobs) =
-                        trainer_tokens(&rt.tokens, &r.run, nodes.as_ref());
+                        trainer_tokens(&rt.tokens, &r.run, &schemas, nodes.as_ref());
                     ScoredItem {
                         tokens,
                         masks,
@@ -513,6 +514,7 @@ pub async fn collect_group<A: EnvAccess>(
 fn trainer_tokens(
     source: &TokenSource,
     run: &AgentResult,
+    tools: &[ToolSchema],
     nodes: Option<&NodeList>,
 ) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
     match source {
@@ -520,14 +522,16 @@ fn trainer_tokens(
             let (t, m) = placeholder_tokens(&run.messages);
             (t, m, None)
         }
-        TokenSource::Retokenized(tok) => match tokenize_for_trainer(tok, &run.messages, true, "") {
-            Ok(t) => (t.tokens, t.masks, None),
-            Err(e) => {
-                warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
-                let (t, m) = placeholder_tokens(&run.messages);
-                (t, m, None)
+        TokenSource::Retokenized(tok) => {
+            match tokenize_for_trainer(tok, &run.messages, tools, true, "") {
+                Ok(t) => (t.tokens, t.masks, None),
+                Err(e) => {
+                    warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
+                    let (t, m) = placeholder_tokens(&run.messages);
+                    (t, m, None)
+                }
             }
-        },
+        }
         TokenSource::Managed(phase2) => {
             if let Some(node) = nodes.and_then(NodeList::last) {
                 let tokens = node.tokens.iter().map(|&t| i64::from(t)).collect();
