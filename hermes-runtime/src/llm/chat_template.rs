@@ -308,12 +308,12 @@ mod tests {
     fn python_methods_loop_controls_namespace_and_raise_exception_work() {
         let t = "{% set ns = namespace(n=0) %}{% for w in s.split(' ') %}{% if w == 'skip' %}{% continue %}{% endif %}\
                  {% set ns.n = ns.n + 1 %}{{ w.upper() }}{% endfor %}{{ ns.n }}{{ s.startswith('a') }}";
-        assert_eq!(render(t, json!({"s": "a skip b"})), "AB2true");
-        let env = environment(
-            "{% for m in ms %}{% if loop.previtem %}p{% endif %}{{ loop.nextitem }}{% endfor %}"
-                .into(),
-        )
-        .unwrap();
+        assert_eq!(render(t, json!({"s": "a skip b"})), "AB2True");
+        let t = "{% for m in ms %}{% if not loop.last and loop.nextitem.r != 't' %}\
+                 [{{ loop.nextitem.r }}]{% endif %}{% endfor %}";
+        let ms = json!({"ms": [{"r": "a"}, {"r": "t"}, {"r": "b"}, {"r": "c"}]});
+        assert_eq!(render(t, ms), "[b][c]");
+        let env = environment("{{ raise_exception('no system role') }}".into()).unwrap();
         let err = env.get_template("chat").unwrap().render(()).unwrap_err();
         assert!(err.to_string().contains("no system role"), "{err}");
     }
