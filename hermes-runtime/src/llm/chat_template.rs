@@ -122,7 +122,7 @@ impl PyJson {
             ValueKind::Map => {
                 let mut keys: Vec<Value> = v.try_iter()?.collect();
                 if self.sort_keys {
-                    keys.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+                    keys.sort_by_key(|k| k.to_string());
                 }
                 self.write_container(out, '{', '}', depth, &keys, |out, k, depth| {
                     match k.as_str() {

@@ -547,10 +547,15 @@ fn trainer_tokens(
                 .iter()
                 .map(|m| serde_json::to_value(m).expect("messages serialise"))
                 .collect();
+            let tools: Vec<serde_json::Value> = tools
+                .iter()
+                .map(|t| serde_json::to_value(t).expect("tools serialise"))
+                .collect();
+            let tools = (!tools.is_empty()).then_some(tools.as_slice());
             let ids = phase2
                 .tokenizer
-                .render(&messages, None, true)
-                .and_then(|text| phase2.tokenizer.encode(&text, true))
+                .render(&messages, tools, true)
+                .and_then(|text| phase2.tokenizer.encode_rendered(&text))
                 .unwrap_or_default();
             let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
             let n = tokens.len();
