@@ -270,8 +270,8 @@ fn messages(groups: &[Value]) -> Vec<Value> {
 
 /// Real tokens: not placeholders, BPE merges (fewer tokens than bytes), and the Python
 /// decoding of each sequence holds every message of its conversation; in Phase 1 (`rendered`)
-/// it is exactly the chat template's rendering of the conversation (Phase 2 prompts also
-/// carry the tool schemas, which the JSONL does not record).
+/// it is exactly the chat template's rendering of the conversation with the tools the example
+/// offers (`terminal` and `file`), as in Phase 2 prompts.
 fn assert_real_tokens(run: &Run, repo: &str, rendered: bool) {
     assert!(!run.groups.is_empty(), "{}", run.stderr);
     for g in &run.groups {
@@ -285,11 +285,16 @@ fn assert_real_tokens(run: &Run, repo: &str, rendered: bool) {
     let texts = decode_with_python(&snap.join("tokenizer.json"), &run.groups);
     let template = ChatTokenizer::load(snap.to_str().unwrap()).unwrap();
     let conversations = messages(&run.groups);
+    let tools: Vec<serde_json::Value> = common::all_tools()
+        .schemas()
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap())
+        .collect();
     assert_eq!(texts.len(), conversations.len());
     for (text, chat) in texts.iter().zip(&conversations) {
         let chat = chat.as_array().unwrap();
         if rendered {
-            assert_eq!(text, &template.render(chat, None, false).unwrap());
+            assert_eq!(text, &template.render(chat, Some(&tools), false).unwrap());
         } else {
             assert!(
                 text.starts_with("<|im_start|>system\n") && text.ends_with("<|im_end|>"),

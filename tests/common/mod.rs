@@ -132,6 +132,23 @@ pub fn hub_python() -> PathBuf {
     )
 }
 
+/// A Python with Hugging Face `transformers` (no torch) and `tokenizers`, for the chat-template
+/// conformance suite, plus `cmake` and `scikit-build-core`, which pip needs to read the metadata
+/// of the llama-cpp-python source distribution the real templates come from.
+pub fn template_python() -> PathBuf {
+    python_venv(
+        "template-venv",
+        &[
+            "transformers==5.24.0",
+            "tokenizers",
+            "jinja2",
+            "scikit-build-core",
+            "cmake",
+        ],
+        "import transformers, tokenizers, jinja2, scikit_build_core, cmake",
+    )
+}
+
 /// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
 /// lock, when `probe` does not run); panics with a message naming what is missing.
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {

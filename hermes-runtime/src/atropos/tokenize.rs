@@ -2,9 +2,10 @@
 //! masks everything but the assistant output (the last turn, or every assistant turn).
 
 use serde_json::Value;
+use tracing::warn;
 
 use crate::llm::tokenizer::{ChatTokenizer, TokenizerError};
-use crate::llm::Message;
+use crate::llm::{Message, ToolSchema};
 
 /// Trainer tokens of one chat.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,43 +22,99 @@ fn to_values(chat: &[Message]) -> Vec<Value> {
         .collect()
 }
 
-fn templated_len(
-    tok: &ChatTokenizer,
-    chat: &[Value],
-    add_generation_prompt: bool,
-) -> Result<usize, TokenizerError> {
-    let text = tok.render(chat, None, add_generation_prompt)?;
-    Ok(tok.encode(&text, false)?.len())
+/// The rendered chat with its tools, as the model saw it, and where its tokens start.
+struct Rendered<'a> {
+    tok: &'a ChatTokenizer,
+    values: Vec<Value>,
+    tools: Option<Vec<Value>>,
+    text: String,
+    ids: Vec<u32>,
+    starts: Vec<usize>,
 }
 
-/// Atropos's `tokenize_for_trainer`. Default (last turn only): everything up to and including
-/// the final assistant header is masked. `train_on_all_assistant_turns`: every assistant
-/// message's span `[len(template(chat[:i], gen)), len(template(chat[:i+1])))` is trained.
-/// With `finish_reason == "length"` a trailing end-of-turn token is dropped.
+impl<'a> Rendered<'a> {
+    fn new(
+        tok: &'a ChatTokenizer,
+        chat: &[Message],
+        tools: &[ToolSchema],
+    ) -> Result<Self, TokenizerError> {
+        let values = to_values(chat);
+        let tools = (!tools.is_empty()).then(|| {
+            tools
+                .iter()
+                .map(|t| serde_json::to_value(t).expect("tools serialise"))
+                .collect::<Vec<_>>()
+        });
+        let text = tok.render(&values, tools.as_deref(), false)?;
+        let (ids, starts) = tok.encode_rendered_with_starts(&text)?;
+        Ok(Rendered {
+            tok,
+            values,
+            tools,
+            text,
+            ids,
+            starts,
+        })
+    }
+
+    /// Byte length of the template of the first `n` messages, as a position in the full text.
+    /// A template that renders that prefix differently from the full chat (not prefix-stable)
+    /// is logged, and the length is used as it is.
+    fn boundary(&self, n: usize, add_generation_prompt: bool) -> Result<usize, TokenizerError> {
+        let prefix = self.tok.render(
+            &self.values[..n],
+            self.tools.as_deref(),
+            add_generation_prompt,
+        )?;
+        if !self.text.starts_with(&prefix) {
+            warn!(
+                "chat template of {} is not prefix-stable at message {n}: the trained span there is                  placed by length and may be off",
+                self.tok.source()
+            );
+        }
+        Ok(prefix.len().min(self.text.len()))
+    }
+
+    /// Unmasks every token that starts in the byte range `[start, end)`.
+    fn train(&self, masks: &mut [i64], start: usize, end: usize) {
+        for (k, &at) in self.starts.iter().enumerate() {
+            if at >= start && at < end {
+                masks[k] = i64::from(self.ids[k]);
+            }
+        }
+    }
+}
+
+/// Atropos's `tokenize_for_trainer`, on the chat rendered with its `tools` exactly as the
+/// inference server renders it ([`ChatTokenizer::render`]). Default (last turn only):
+/// everything up to and including the final assistant header is masked.
+/// `train_on_all_assistant_turns`: every assistant message's span, from the end of
+/// `template(chat[:i], add_generation_prompt)` to the end of `template(chat[:i+1])`, is trained.
+/// Spans are located in the text and mapped to the tokens that start in them, so a token merge
+/// across a boundary cannot shift them. With `finish_reason == "length"` a trailing end-of-turn
+/// token is dropped.
 pub fn tokenize_for_trainer(
     tok: &ChatTokenizer,
     chat: &[Message],
+    tools: &[ToolSchema],
     train_on_all_assistant_turns: bool,
     finish_reason: &str,
 ) -> Result<Tokenized, TokenizerError> {
-    let values = to_values(chat);
-    let text = tok.render(&values, None, false)?;
-    let ids = tok.encode(&text, false)?;
-    let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
+    let rendered = Rendered::new(tok, chat, tools)?;
+    let tokens: Vec<i64> = rendered.ids.iter().map(|&t| i64::from(t)).collect();
     let mut masks = vec![-100i64; tokens.len()];
     if train_on_all_assistant_turns {
         for (i, m) in chat.iter().enumerate() {
             if m.role != "assistant" && m.role != "agent" {
                 continue;
             }
-            let start = templated_len(tok, &values[..i], true)?.min(tokens.len());
-            let end = templated_len(tok, &values[..=i], false)?.min(tokens.len());
-            let end = end.max(start);
-            masks[start..end].copy_from_slice(&tokens[start..end]);
+            let start = rendered.boundary(i, true)?;
+            let end = rendered.boundary(i + 1, false)?;
+            rendered.train(&mut masks, start, end);
         }
     } else if !chat.is_empty() {
-        let prefix = templated_len(tok, &values[..chat.len() - 1], true)?.min(tokens.len());
-        masks[prefix..].copy_from_slice(&tokens[prefix..]);
+        let start = rendered.boundary(chat.len() - 1, true)?;
+        rendered.train(&mut masks, start, usize::MAX);
     }
     let mut out = Tokenized { tokens, masks };
     if finish_reason == "length"
@@ -108,7 +165,7 @@ mod tests {
     #[test]
     fn last_turn_masks_everything_up_to_the_final_assistant_header() {
         let tok = ChatTokenizer::builtin();
-        let t = tokenize_for_trainer(&tok, &chat(), false, "stop").unwrap();
+        let t = tokenize_for_trainer(&tok, &chat(), &[], false, "stop").unwrap();
         assert_eq!(t.tokens.len(), t.masks.len());
         assert_eq!(trained_text(&tok, &t), ["A2<|im_end|>\n"]);
         let prefix = t.masks.iter().take_while(|&&m| m == -100).count();
@@ -118,7 +175,7 @@ mod tests {
     #[test]
     fn all_assistant_turns_are_trained_and_truncation_drops_the_eos() {
         let tok = ChatTokenizer::builtin();
-        let t = tokenize_for_trainer(&tok, &chat(), true, "stop").unwrap();
+        let t = tokenize_for_trainer(&tok, &chat(), &[], true, "stop").unwrap();
         assert_eq!(trained_text(&tok, &t), ["A1<|im_end|>\n", "A2<|im_end|>\n"]);
     }
 
@@ -139,9 +196,9 @@ mod tests {
         .unwrap();
         let tok = ChatTokenizer::load(dir.path().to_str().unwrap()).unwrap();
         let cut = &chat()[..2];
-        let stop = tokenize_for_trainer(&tok, cut, false, "stop").unwrap();
+        let stop = tokenize_for_trainer(&tok, cut, &[], false, "stop").unwrap();
         assert_eq!(stop.tokens.last(), Some(&257));
-        let length = tokenize_for_trainer(&tok, cut, false, "length").unwrap();
+        let length = tokenize_for_trainer(&tok, cut, &[], false, "length").unwrap();
         assert_eq!(length.tokens, stop.tokens[..stop.tokens.len() - 1]);
         assert_eq!(trained_text(&tok, &length), ["assistant:A1"]);
     }

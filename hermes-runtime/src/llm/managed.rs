@@ -70,13 +70,14 @@ pub struct NodeList {
 
 impl NodeList {
     /// Finds the first node whose text is a prefix of `prompt`: its tokens plus the encoded
-    /// suffix are the input; otherwise the whole prompt is encoded with special tokens (a
-    /// duplicated leading BOS is dropped).
+    /// suffix are the input; otherwise the whole prompt is encoded (a duplicated leading BOS is
+    /// dropped). `encode` is the rendered-chat encoding ([`ChatTokenizer::encode_rendered`]:
+    /// no special tokens added, as transformers encodes a rendered chat).
     pub fn plan<E>(
         &self,
         prompt: &str,
         bos: Option<u32>,
-        mut encode: impl FnMut(&str, bool) -> Result<Vec<u32>, E>,
+        mut encode: impl FnMut(&str) -> Result<Vec<u32>, E>,
     ) -> Result<Plan, E> {
         let extends = self
             .nodes
@@ -88,12 +89,12 @@ impl NodeList {
                 let suffix = &prompt[node.full_text.len()..];
                 let mut ids = node.tokens.clone();
                 if !suffix.is_empty() {
-                    ids.extend(encode(suffix, false)?);
+                    ids.extend(encode(suffix)?);
                 }
                 ids
             }
             None => {
-                let mut ids = encode(prompt, true)?;
+                let mut ids = encode(prompt)?;
                 if let Some(b) = bos {
                     if ids.len() >= 2 && ids[0] == b && ids[1] == b {
                         ids.remove(0);
@@ -277,7 +278,7 @@ impl ChatBackend for ManagedSession<'_> {
             let state = self.state.lock().expect("lock poisoned");
             state
                 .nodes
-                .plan(&prompt, tok.bos_id(), |t, special| tok.encode(t, special))
+                .plan(&prompt, tok.bos_id(), |t| tok.encode_rendered(t))
                 .map_err(template_error)?
         };
         let generated = self
@@ -363,7 +364,7 @@ mod tests {
     use super::*;
 
     /// A toy encoder with a fixed vocabulary: each listed piece is one token.
-    fn toy(text: &str, _special: bool) -> Result<Vec<u32>, String> {
+    fn toy(text: &str) -> Result<Vec<u32>, String> {
         let vocab = [
             ("P1", vec![1, 2, 3, 4, 5]),
             ("TOOL", vec![9, 10, 11, 12]),
@@ -455,9 +456,9 @@ mod tests {
         assert_eq!(n.logprobs, vec![1.0, 1.0, 1.0, 1.0, 1.0, -0.1, 1.0]);
         assert_eq!(n.metadata.finish_reason, "length");
         // The next prompt closes the cut turn and adds a user message: still an extension.
-        let plan = nodes.plan("P1ABUSER", None, |t, s| {
+        let plan = nodes.plan("P1ABUSER", None, |t| {
             if t == "USER" {
-                toy(t, s)
+                toy(t)
             } else {
                 Err(format!("unexpected suffix {t:?}"))
             }
@@ -488,7 +489,7 @@ mod tests {
     fn n_samples_branch_from_the_same_prompt_and_bos_is_not_doubled() {
         let mut nodes = NodeList::default();
         let plan = nodes
-            .plan("x", Some(0), |_, _| Ok::<_, ()>(vec![0, 0, 5]))
+            .plan("x", Some(0), |_| Ok::<_, ()>(vec![0, 0, 5]))
             .unwrap();
         assert_eq!(plan.input_ids, vec![0, 5]);
         nodes.commit(

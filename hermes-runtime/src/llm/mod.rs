@@ -2,6 +2,7 @@
 //! loop, and the two clients over it (chat completions and `/generate`).
 
 mod backend;
+pub mod chat_template;
 mod client;
 mod error;
 pub mod generate;

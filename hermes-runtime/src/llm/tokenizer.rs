@@ -1,13 +1,17 @@
 //! A Hugging Face tokenizer (`tokenizer.json`, through the `tokenizers` crate) with its chat
 //! template (`chat_template.jinja` or `tokenizer_config.json`, rendered with minijinja the way
-//! `transformers` renders it: `trim_blocks`, `lstrip_blocks`, Python string methods), from a
-//! local directory or a hub id through the Hugging Face cache ([`crate::hub`]).
+//! `transformers` renders it, see [`super::chat_template`]), from a local directory or a hub id
+//! through the Hugging Face cache ([`crate::hub`]). [`ChatTokenizer::render`] and
+//! [`ChatTokenizer::encode_rendered`] are the one path both Phase 1 trainer tokens and Phase 2
+//! prompts go through.
 
 use std::path::{Path, PathBuf};
 
 use minijinja::value::Serde;
-use minijinja::{Environment, ErrorKind};
-use serde_json::Value;
+use minijinja::Environment;
+use serde_json::{Map, Value};
+
+use super::chat_template;
 
 use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
 
@@ -52,6 +56,11 @@ pub struct ChatTokenizer {
     bos_token: Option<String>,
     eos_token: Option<String>,
     eos_id: Option<u32>,
+    /// Every special token the config names (`bos_token`, `eos_token`, `unk_token`,
+    /// `pad_token`, …), passed to the template as transformers does.
+    special_tokens: Map<String, Value>,
+    /// Extra template variables (`enable_thinking`, …), passed on every render.
+    template_kwargs: Map<String, Value>,
     source: String,
 }
 
@@ -93,20 +102,16 @@ fn template_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
-fn raise_exception(message: String) -> Result<String, minijinja::Error> {
-    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-}
-
-fn strftime_now(format: String) -> String {
-    // Templates use this for a date line in the system prompt; a fixed date keeps prompts
-    // prefix-stable across turns and runs.
-    format
-        .replace("%d", "01")
-        .replace("%b", "Jan")
-        .replace("%B", "January")
-        .replace("%m", "01")
-        .replace("%Y", "2026")
-}
+/// The special tokens transformers passes to every template (`special_tokens_map`).
+const SPECIAL_TOKEN_KEYS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
 
 impl ChatTokenizer {
     fn build(
@@ -115,20 +120,12 @@ impl ChatTokenizer {
         template: String,
         source: String,
     ) -> Result<Self, TokenizerError> {
-        let mut templates = Environment::new();
-        templates.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .trim_blocks(true)
-                .lstrip_blocks(true)
-                .build()
-                .map_err(|e| TokenizerError::Template(e.to_string()))?,
-        );
-        templates.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        templates.add_function("raise_exception", raise_exception);
-        templates.add_function("strftime_now", strftime_now);
-        templates
-            .add_template_owned("chat", template)
-            .map_err(|e| TokenizerError::Template(e.to_string()))?;
+        let templates = chat_template::environment(template)
+            .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
+        let special_tokens = SPECIAL_TOKEN_KEYS
+            .iter()
+            .filter_map(|k| Some(((*k).to_owned(), Value::String(token_text(config.get(*k))?))))
+            .collect();
         let eos_token = token_text(config.get("eos_token"));
         let eos_id = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t));
         Ok(ChatTokenizer {
@@ -137,6 +134,8 @@ impl ChatTokenizer {
             bos_token: token_text(config.get("bos_token")),
             eos_token,
             eos_id,
+            special_tokens,
+            template_kwargs: Map::new(),
             source,
         })
     }
@@ -258,6 +257,37 @@ impl ChatTokenizer {
         Self::build(tokenizer, &config, template, source)
     }
 
+    /// Sets extra template variables (`chat_template_kwargs` such as `enable_thinking`) that
+    /// every render passes, so prompts and trainer tokens see the same ones.
+    pub fn with_template_kwargs(mut self, kwargs: Map<String, Value>) -> Self {
+        self.template_kwargs = kwargs;
+        self
+    }
+
+    /// Token ids of a rendered chat: `add_special_tokens=False`, as transformers'
+    /// `apply_chat_template(tokenize=True)` encodes (the template writes its own BOS).
+    pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        self.encode(text, false)
+    }
+
+    /// [`Self::encode_rendered`] plus the byte offset in `text` where each token starts.
+    pub fn encode_rendered_with_starts(
+        &self,
+        text: &str,
+    ) -> Result<(Vec<u32>, Vec<usize>), TokenizerError> {
+        let encoding = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Codec(e.to_string()))?;
+        let starts = encoding.get_offsets().iter().map(|o| o.0).collect();
+        Ok((encoding.get_ids().to_vec(), starts))
+    }
+
+    /// Where the tokenizer came from (a directory, a hub id or `builtin`), for messages.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Token ids of `text`; `add_special_tokens` applies the tokenizer's post-processor (BOS).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
         self.tokenizer
@@ -285,7 +315,10 @@ impl ChatTokenizer {
             .and_then(|t| self.tokenizer.token_to_id(t))
     }
 
-    /// Renders `messages` (OpenAI-shaped JSON) with the chat template.
+    /// Renders `messages` (OpenAI-shaped JSON) with the chat template the way
+    /// `apply_chat_template(messages, tools=tools, add_generation_prompt=…, **kwargs)` does
+    /// behind vLLM: tool-call arguments decoded to objects, `tools` as
+    /// `[{"type": "function", "function": {…}}]`, the special tokens and template kwargs set.
     pub fn render(
         &self,
         messages: &[Value],
@@ -296,13 +329,17 @@ impl ChatTokenizer {
             .templates
             .get_template("chat")
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
-        let ctx = minijinja::context! {
-            messages => Serde(messages),
+        let messages = chat_template::template_messages(messages);
+        let mut ctx = self.special_tokens.clone();
+        for (k, v) in &self.template_kwargs {
+            ctx.insert(k.clone(), v.clone());
+        }
+        let fixed = minijinja::context! {
+            messages => Serde(&messages),
             tools => tools.map(Serde),
             add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.clone().unwrap_or_default(),
-            eos_token => self.eos_token.clone().unwrap_or_default(),
         };
+        let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from(Serde(&ctx)) };
         template
             .render(ctx)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))

@@ -19,7 +19,7 @@ use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
 use crate::llm::managed::{NodeList, MASKED};
-use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
+use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split, ToolSchema};
 use crate::sandbox::tripwire::{self, Armed};
 use crate::sandbox::{SandboxProvider, TaskSandbox};
 use crate::tools::budget::ResultBudget;
@@ -531,12 +531,13 @@ pub async fn collect_group<A: EnvAccess>(
     let result = match failed {
         Some(failed) => Err(failed),
         None => {
+            let schemas = tools.schemas();
             let items = rollouts
                 .iter()
                 .zip(&nodes)
                 .map(|(r, nodes)| {
                     let (tokens, masks, inference_logprobs) =
-                        trainer_tokens(&rt.tokens, &r.run, nodes.as_ref());
+                        trainer_tokens(&rt.tokens, &r.run, &schemas, nodes.as_ref());
                     ScoredItem {
                         tokens,
                         masks,
@@ -564,6 +565,7 @@ pub async fn collect_group<A: EnvAccess>(
 fn trainer_tokens(
     source: &TokenSource,
     run: &AgentResult,
+    tools: &[ToolSchema],
     nodes: Option<&NodeList>,
 ) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
     match source {
@@ -571,14 +573,16 @@ fn trainer_tokens(
             let (t, m) = placeholder_tokens(&run.messages);
             (t, m, None)
         }
-        TokenSource::Retokenized(tok) => match tokenize_for_trainer(tok, &run.messages, true, "") {
-            Ok(t) => (t.tokens, t.masks, None),
-            Err(e) => {
-                warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
-                let (t, m) = placeholder_tokens(&run.messages);
-                (t, m, None)
+        TokenSource::Retokenized(tok) => {
+            match tokenize_for_trainer(tok, &run.messages, tools, true, "") {
+                Ok(t) => (t.tokens, t.masks, None),
+                Err(e) => {
+                    warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
+                    let (t, m) = placeholder_tokens(&run.messages);
+                    (t, m, None)
+                }
             }
-        },
+        }
         TokenSource::Managed(phase2) => {
             if let Some(node) = nodes.and_then(NodeList::last) {
                 let tokens = node.tokens.iter().map(|&t| i64::from(t)).collect();
@@ -594,10 +598,15 @@ fn trainer_tokens(
                 .iter()
                 .map(|m| serde_json::to_value(m).expect("messages serialise"))
                 .collect();
+            let tools: Vec<serde_json::Value> = tools
+                .iter()
+                .map(|t| serde_json::to_value(t).expect("tools serialise"))
+                .collect();
+            let tools = (!tools.is_empty()).then_some(tools.as_slice());
             let ids = phase2
                 .tokenizer
-                .render(&messages, None, true)
-                .and_then(|text| phase2.tokenizer.encode(&text, true))
+                .render(&messages, tools, true)
+                .and_then(|text| phase2.tokenizer.encode_rendered(&text))
                 .unwrap_or_default();
             let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
             let n = tokens.len();

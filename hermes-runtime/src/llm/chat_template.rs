@@ -1,0 +1,344 @@
+//! The Jinja environment chat templates are rendered in, made to behave like the one
+//! Hugging Face `transformers` builds for `apply_chat_template` (which vLLM and SGLang use):
+//! `trim_blocks` and `lstrip_blocks`, loop controls, Python string methods, `raise_exception`,
+//! `strftime_now` (local time), and `tojson` as plain `json.dumps` — no HTML escaping,
+//! `ensure_ascii=False`, Python's `", "`/`": "` separators. Also the template inputs: tool-call
+//! arguments decoded to objects, as the inference servers pass them.
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind};
+
+/// A template environment with transformers' semantics, holding `template` as `chat`.
+pub fn environment(template: String) -> Result<Environment<'static>, Error> {
+    let mut env = Environment::new();
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()?,
+    );
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_filter("tojson", tojson);
+    env.add_template_owned("chat", template)?;
+    Ok(env)
+}
+
+fn raise_exception(message: String) -> Result<String, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// transformers' `strftime_now`: `datetime.now().strftime(format)`.
+fn strftime_now(format: String) -> Result<String, Error> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: invalid format {format:?}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// transformers' `tojson` filter: `json.dumps(x, ensure_ascii=False, indent=None,
+/// separators=None, sort_keys=False)` with those keyword arguments.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
+    let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
+    let indent = kwargs.get::<Option<Value>>("indent")?;
+    let separators = kwargs.get::<Option<Vec<String>>>("separators")?;
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(match v.as_str() {
+            Some(s) => s.to_owned(),
+            None => " ".repeat(usize::try_from(v).map_err(|_| {
+                Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an int")
+            })?),
+        }),
+    };
+    let (item, key) = match separators.as_deref() {
+        Some([item, key]) => (item.clone(), key.clone()),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be a pair",
+            ))
+        }
+        None if indent.is_some() => (",".into(), ": ".into()),
+        None => (", ".into(), ": ".into()),
+    };
+    let style = PyJson {
+        ensure_ascii,
+        sort_keys,
+        indent,
+        item,
+        key,
+    };
+    let mut out = String::new();
+    style.write(&mut out, value, 0)?;
+    Ok(Value::from_safe_string(out))
+}
+
+/// Python `json.dumps` of a template value, with the default options transformers uses.
+pub fn python_dumps(value: &Value) -> Result<String, Error> {
+    let mut out = String::new();
+    PyJson {
+        ensure_ascii: false,
+        sort_keys: false,
+        indent: None,
+        item: ", ".into(),
+        key: ": ".into(),
+    }
+    .write(&mut out, value, 0)?;
+    Ok(out)
+}
+
+/// The options of one `json.dumps` call.
+struct PyJson {
+    ensure_ascii: bool,
+    sort_keys: bool,
+    indent: Option<String>,
+    item: String,
+    key: String,
+}
+
+impl PyJson {
+    fn write(&self, out: &mut String, v: &Value, depth: usize) -> Result<(), Error> {
+        match v.kind() {
+            ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+            ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+            ValueKind::Number => write_number(out, v),
+            ValueKind::String => self.write_str(out, v.as_str().unwrap_or_default()),
+            ValueKind::Seq | ValueKind::Iterable => {
+                let items: Vec<Value> = v.try_iter()?.collect();
+                self.write_container(out, '[', ']', depth, &items, |out, item, depth| {
+                    self.write(out, item, depth)
+                })?;
+            }
+            ValueKind::Map => {
+                let mut keys: Vec<Value> = v.try_iter()?.collect();
+                if self.sort_keys {
+                    keys.sort_by_key(|k| k.to_string());
+                }
+                self.write_container(out, '{', '}', depth, &keys, |out, k, depth| {
+                    match k.as_str() {
+                        Some(s) => self.write_str(out, s),
+                        None => self.write_str(out, &k.to_string()),
+                    }
+                    out.push_str(&self.key);
+                    self.write(out, &v.get_item(k)?, depth)
+                })?;
+            }
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("tojson: cannot serialise a {} value", v.kind()),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn write_container(
+        &self,
+        out: &mut String,
+        open: char,
+        close: char,
+        depth: usize,
+        items: &[Value],
+        mut each: impl FnMut(&mut String, &Value, usize) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        out.push(open);
+        if items.is_empty() {
+            out.push(close);
+            return Ok(());
+        }
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(&self.item);
+            }
+            self.newline(out, depth + 1);
+            each(out, item, depth + 1)?;
+        }
+        self.newline(out, depth);
+        out.push(close);
+        Ok(())
+    }
+
+    fn newline(&self, out: &mut String, depth: usize) {
+        if let Some(indent) = &self.indent {
+            out.push('\n');
+            for _ in 0..depth {
+                out.push_str(indent);
+            }
+        }
+    }
+
+    fn write_str(&self, out: &mut String, s: &str) {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{08}' => out.push_str("\\b"),
+                '\u{0c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 || (self.ensure_ascii && (c as u32) > 0x7e) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        out.push_str(&format!("\\u{unit:04x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
+
+/// A number as Python prints it: ints as they are, floats with `repr` (`1.0`, `1e-05`).
+fn write_number(out: &mut String, v: &Value) {
+    if v.is_integer() {
+        out.push_str(&v.to_string());
+        return;
+    }
+    let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+    if f.is_nan() {
+        out.push_str("NaN");
+    } else if f.is_infinite() {
+        out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+    } else if f == f.trunc() && f.abs() < 1e16 {
+        out.push_str(&format!("{f:.1}"));
+    } else if f.abs() >= 1e16 || f.abs() < 1e-4 {
+        // Rust prints `1e-5`, Python `1e-05`.
+        let s = format!("{f:e}");
+        let (mantissa, exp) = s.split_once('e').expect("exponent form");
+        let (sign, digits) = exp.strip_prefix('-').map_or(("+", exp), |rest| ("-", rest));
+        out.push_str(&format!("{mantissa}e{sign}{digits:0>2}"));
+    } else {
+        out.push_str(&format!("{f}"));
+    }
+}
+
+/// The names a message's reasoning may come under; transformers fills `thinking` (read by
+/// gpt-oss templates) and `reasoning_content` (read by the rest) from the first one set.
+const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// Messages as inference servers hand them to the template: a tool call's `arguments` JSON
+/// string decoded to an object (kept as the string when it is not valid JSON), as vLLM does;
+/// then transformers' own normalisation: keys whose value is null dropped, reasoning aliased.
+pub fn template_messages(messages: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    messages.iter().map(template_message).collect()
+}
+
+fn template_message(m: &serde_json::Value) -> serde_json::Value {
+    let Some(fields) = m.as_object() else {
+        return m.clone();
+    };
+    let mut fields: serde_json::Map<String, serde_json::Value> = fields
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(calls) = fields.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+        for call in calls {
+            if let Some(args) = call.pointer_mut("/function/arguments") {
+                if let Some(parsed) = args
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                {
+                    *args = parsed;
+                }
+            }
+        }
+    }
+    let reasoning = REASONING_FIELDS
+        .iter()
+        .find_map(|k| fields.get(*k).cloned());
+    let Some(reasoning) = reasoning else {
+        return serde_json::Value::Object(fields);
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("thinking".into(), reasoning.clone());
+    out.extend(fields);
+    out.insert("reasoning_content".into(), reasoning);
+    serde_json::Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn render(template: &str, ctx: serde_json::Value) -> String {
+        let env = environment(template.into()).unwrap();
+        env.get_template("chat")
+            .unwrap()
+            .render(Value::from(minijinja::value::Serde(&ctx)))
+            .unwrap()
+    }
+
+    #[test]
+    fn tojson_is_python_json_dumps_without_html_escaping() {
+        let ctx = json!({"x": {"d": "it's <a> & \"b\" é\n", "n": [1, 2.5, 1.0, true, null]}});
+        assert_eq!(
+            render("{{ x | tojson }}", ctx.clone()),
+            r#"{"d": "it's <a> & \"b\" é\n", "n": [1, 2.5, 1.0, true, null]}"#
+        );
+        assert_eq!(
+            render("{{ x.n | tojson(indent=2) }}", ctx.clone()),
+            "[\n  1,\n  2.5,\n  1.0,\n  true,\n  null\n]"
+        );
+        assert_eq!(
+            render(
+                "{{ x | tojson(ensure_ascii=True, sort_keys=True, separators=[',', ':']) }}",
+                ctx
+            ),
+            r#"{"d":"it's <a> & \"b\" \u00e9\n","n":[1,2.5,1.0,true,null]}"#
+        );
+    }
+
+    #[test]
+    fn python_methods_loop_controls_namespace_and_raise_exception_work() {
+        let t = "{% set ns = namespace(n=0) %}{% for w in s.split(' ') %}{% if w == 'skip' %}{% continue %}{% endif %}\
+                 {% set ns.n = ns.n + 1 %}{{ w.upper() }}{% endfor %}{{ ns.n }}{{ s.startswith('a') }}";
+        assert_eq!(render(t, json!({"s": "a skip b"})), "AB2True");
+        let t = "{% for m in ms %}{% if not loop.last and loop.nextitem.r != 't' %}\
+                 [{{ loop.nextitem.r }}]{% endif %}{% endfor %}";
+        let ms = json!({"ms": [{"r": "a"}, {"r": "t"}, {"r": "b"}, {"r": "c"}]});
+        assert_eq!(render(t, ms), "[b][c]");
+        let env = environment("{{ raise_exception('no system role') }}".into()).unwrap();
+        let err = env.get_template("chat").unwrap().render(()).unwrap_err();
+        assert!(err.to_string().contains("no system role"), "{err}");
+    }
+
+    #[test]
+    fn tool_call_arguments_become_objects_and_bad_json_stays_a_string() {
+        let msgs = [json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "t", "arguments": "{\"k\": 1}"}},
+            {"id": "b", "type": "function", "function": {"name": "t", "arguments": "{oops"}}]})];
+        let out = template_messages(&msgs);
+        assert_eq!(
+            out[0]["tool_calls"][0]["function"]["arguments"],
+            json!({"k": 1})
+        );
+        assert_eq!(
+            out[0]["tool_calls"][1]["function"]["arguments"],
+            json!("{oops")
+        );
+    }
+
+    #[test]
+    fn floats_print_like_python_repr() {
+        let cases = [(1e-5, "1e-05"), (0.1, "0.1"), (1e20, "1e+20"), (3.0, "3.0")];
+        for (f, want) in cases {
+            assert_eq!(python_dumps(&Value::from(f)).unwrap(), want);
+        }
+    }
+}
