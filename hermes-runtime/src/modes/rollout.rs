@@ -348,11 +348,10 @@ async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<Rewa
         } else {
             Vec::new()
         };
-        // The sandbox's persistent shell is the framework's, not a leftover of the agent's:
-        // stop it (and the process groups of the agent's commands) before looking; the
-        // verifier's commands get a fresh shell.
-        created.reset_processes().await?;
         let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), armed, &keep).await?;
+        // Then the agent's shell goes too (with whatever its commands' groups still hold):
+        // the verifier's commands get a fresh one.
+        created.reset_processes().await?;
         if sandbox.has_tool_state() {
             crate::tools::cleanup_processes(created.as_ref()).await?;
         }

@@ -591,9 +591,22 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        // The persistent shell is the framework's own process, not a leftover of the agent's.
+        let shell = self
+            .shell
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|s| s.link().child.id());
         let groups = self.process_groups.lock().expect("lock poisoned").clone();
         let (home, keep) = (self.dir.clone(), keep.to_vec());
-        blocking(move || Ok(super::tripwire::kill_local_leftovers(&home, &groups, &keep))).await
+        let skip: Vec<u32> = shell.into_iter().collect();
+        blocking(move || {
+            Ok(super::tripwire::kill_local_leftovers(
+                &home, &groups, &keep, &skip,
+            ))
+        })
+        .await
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

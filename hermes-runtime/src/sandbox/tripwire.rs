@@ -148,8 +148,14 @@ pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
 
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
 /// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
-/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process.
-pub fn kill_local_leftovers(home: &Path, groups: &[i32], keep: &[u32]) -> Vec<String> {
+/// the trees rooted at `keep` and the processes in `skip` (the sandbox's own shell). Each is
+/// killed; returns `(pid, command)` per killed process.
+pub fn kill_local_leftovers(
+    home: &Path,
+    groups: &[i32],
+    keep: &[u32],
+    skip: &[u32],
+) -> Vec<String> {
     let marker = format!("HOME={}", home.display());
     let me = std::process::id();
     let mut killed = Vec::new();
@@ -174,7 +180,7 @@ pub fn kill_local_leftovers(home: &Path, groups: &[i32], keep: &[u32]) -> Vec<St
                 || std::fs::read(format!("/proc/{}/environ", p.pid))
                     .map(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
                     .unwrap_or(false);
-            if p.pid == me || p.zombie || !ours || kept(p.pid) {
+            if p.pid == me || skip.contains(&p.pid) || p.zombie || !ours || kept(p.pid) {
                 continue;
             }
             // SAFETY: kill(2) on a pid; no memory is touched.
