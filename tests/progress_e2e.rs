@@ -41,6 +41,7 @@ macro_rules! snapshot {
             (r"\d+\.\d+ (groups|items|rollouts)/s", "[rate] $1/s"),
             (r"ETA [0-9hms.]+", "ETA [eta]"),
             (r"(done|finished) in [0-9hms.]+", "$1 in [time]"),
+            (r"(eval/evaluation_time_seconds +)[0-9.]+", "$1[seconds]"),
         ]}, {
             insta::assert_snapshot!($text);
         });

@@ -44,8 +44,9 @@ async fn an_unreachable_llm_server_writes_nothing_exits_non_zero_and_names_the_c
             .env("HF_HUB_OFFLINE", "1")
             .output()
     };
-    // By default the start-up health check finds it: one line, before any rollout.
-    let out = run(&[]).await.unwrap();
+    // The start-up health check finds it: one line, before any rollout. (terminal_test
+    // declares an OpenRouter default server, which skips the check unless asked.)
+    let out = run(&["--openai.health_check", "true"]).await.unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     let last = err.lines().last().unwrap_or_default();
