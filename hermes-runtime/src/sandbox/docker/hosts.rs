@@ -301,24 +301,37 @@ async fn probe(host: Arc<Host>, freed: Arc<Notify>) {
         match (host.is_up(), answers) {
             (true, false) => host.mark_down("no answer to a ping within 2 s"),
             (false, true) => {
-                recover(&host).await;
-                host.up.send_replace(true);
-                freed.notify_waiters();
+                // Until what this run kept there is gone, the host takes no new sandbox.
+                if recover(&host).await {
+                    host.up.send_replace(true);
+                    freed.notify_waiters();
+                }
             }
             _ => {}
         }
     }
 }
 
-async fn recover(host: &Host) {
+/// Removes what this run kept on a host that answers again, and reaps orphans there; `false`
+/// when a removal failed (the next probe tries again).
+async fn recover(host: &Host) -> bool {
     let docker = host.provider.docker();
-    let left = remove_live_at(docker, host.name()).await;
+    let (left, failed) = remove_live_at(docker, host.name()).await;
+    if failed > 0 {
+        warn!(
+            "Docker host {} answers again, but {failed} of this run's container(s) there could not \
+             be removed yet; trying again before placing sandboxes there",
+            host.name()
+        );
+        return false;
+    }
     let reaped = reaper::reap(docker, false).await.map_or(0, |r| r.len());
     info!(
         "Docker host {} answers again: removed {left} container(s) of this run it kept and \
          {reaped} orphan(s); placing sandboxes there again",
         host.name()
     );
+    true
 }
 
 /// A sandbox on one host: holds its place there, and fails at once when the host goes down.

@@ -271,24 +271,27 @@ pub fn live_names() -> Vec<String> {
 /// Removes every container this process registered on the daemon `host` (a host that answers
 /// again after an outage: what its sandboxes' guards could not remove then); returns how many
 /// were removed.
-pub async fn remove_live_at(docker: &Docker, host: &str) -> usize {
+pub async fn remove_live_at(docker: &Docker, host: &str) -> (usize, usize) {
     let names: Vec<String> = lock(&REGISTRY.live)
         .iter()
         // Its lease, if it survived, is this run's own and stays.
         .filter(|(n, e)| e.host == host && !n.starts_with(super::lease::LEASE_PREFIX))
         .map(|(n, _)| n.clone())
         .collect();
-    let mut removed = 0;
+    let (mut removed, mut failed) = (0, 0);
     for name in names {
         match remove_container(docker, &name).await {
             Ok(()) => {
                 unregister(&name);
                 removed += 1;
             }
-            Err(e) => warn!("{e}"),
+            Err(e) => {
+                warn!("{e}");
+                failed += 1;
+            }
         }
     }
-    removed
+    (removed, failed)
 }
 
 /// Removes a container (force, with its anonymous volumes); a container that is already gone
