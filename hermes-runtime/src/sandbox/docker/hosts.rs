@@ -300,12 +300,10 @@ async fn probe(host: Arc<Host>, freed: Arc<Notify>) {
         let answers = host.answers().await;
         match (host.is_up(), answers) {
             (true, false) => host.mark_down("no answer to a ping within 2 s"),
-            (false, true) => {
-                // Until what this run kept there is gone, the host takes no new sandbox.
-                if recover(&host).await {
-                    host.up.send_replace(true);
-                    freed.notify_waiters();
-                }
+            // Until what this run kept there is gone, the host takes no new sandbox.
+            (false, true) if recover(&host).await => {
+                host.up.send_replace(true);
+                freed.notify_waiters();
             }
             _ => {}
         }
