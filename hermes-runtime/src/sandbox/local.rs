@@ -323,6 +323,7 @@ impl LocalSandbox {
             report_buf: vec![0; 1024],
             output_buf: vec![0; 16 * 1024],
             output_eof: false,
+            report_eof: false,
         };
         Ok(PersistentShell::new(link))
     }
@@ -369,6 +370,8 @@ struct LocalLink {
     report_buf: Vec<u8>,
     output_buf: Vec<u8>,
     output_eof: bool,
+    /// The report channel ended: the shell is gone; what is left of its output is drained.
+    report_eof: bool,
 }
 
 #[async_trait]
@@ -379,14 +382,33 @@ impl ShellLink for LocalLink {
 
     async fn recv(&mut self) -> Piece {
         loop {
+            if self.report_eof {
+                // The shell died; what it and its command wrote before is still in the pipe
+                // (a daemon may hold the pipe open, hence the bound).
+                if self.output_eof {
+                    return Piece::Closed;
+                }
+                let read = tokio::time::timeout(
+                    Duration::from_millis(200),
+                    self.output.read(&mut self.output_buf),
+                )
+                .await;
+                match read {
+                    Ok(Ok(n)) if n > 0 => return Piece::Output(self.output_buf[..n].to_vec()),
+                    _ => {
+                        self.output_eof = true;
+                        return Piece::Closed;
+                    }
+                }
+            }
             tokio::select! {
                 read = self.output.read(&mut self.output_buf), if !self.output_eof => match read {
                     Ok(0) | Err(_) => self.output_eof = true,
                     Ok(n) => return Piece::Output(self.output_buf[..n].to_vec()),
                 },
-                read = self.report.read(&mut self.report_buf) => return match read {
-                    Ok(0) | Err(_) => Piece::Closed,
-                    Ok(n) => Piece::Report(self.report_buf[..n].to_vec()),
+                read = self.report.read(&mut self.report_buf) => match read {
+                    Ok(0) | Err(_) => self.report_eof = true,
+                    Ok(n) => return Piece::Report(self.report_buf[..n].to_vec()),
                 },
             }
         }
