@@ -455,6 +455,9 @@ async fn signal_mid_run(signals: &[i32], extra: &[&str]) -> std::process::Output
                     .flatten()
                     .flatten()
             })
+            // One scratch directory per sandbox (the persistent shell keeps a state file
+            // beside it).
+            .filter(|e| e.path().is_dir())
             .count()
     };
     for _ in 0..200 {

@@ -518,7 +518,12 @@ pub async fn collect_group<A: EnvAccess>(
     for (Attempt { rollout, nodes: n }, f) in slots {
         nodes.push(n);
         failures.merge(&f);
-        if failed.is_none() && !rollout.outcome.is_training_data() {
+        // The item is recorded with the rollout that used up its re-runs (the others may have
+        // stopped early once the group had failed).
+        let more_attempts = failed
+            .as_ref()
+            .is_none_or(|known: &FailedItem<_>| f.total() > known.attempts);
+        if !rollout.outcome.is_training_data() && more_attempts {
             failed = Some(FailedItem {
                 item: Arc::clone(&item),
                 outcome: rollout.outcome.clone(),
