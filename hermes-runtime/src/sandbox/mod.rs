@@ -196,11 +196,14 @@ pub trait Sandbox: Send + Sync {
     async fn teardown(&self) -> Result<(), SandboxError>;
     /// Before verification: kills every process still running that the agent started, except
     /// the trees rooted at `keep` (background processes the `process` tool tracks), and
-    /// returns one line (`pid command`) per process it had to kill. The default runs
-    /// [`tripwire::LEFTOVER_SCRIPT`] inside the sandbox (everything but init and the
-    /// container's entrypoint), right for a container; the local backend overrides it.
+    /// returns one line (`pid command`) per process it had to kill. Docker runs
+    /// [`tripwire::LEFTOVER_SCRIPT`] in the container (everything but init and the
+    /// entrypoint), the local backend scans for the rollout's groups and `HOME`. The default
+    /// kills nothing: on a host the sandbox shares with others (ssh) "everything else" is not
+    /// the agent's.
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        tripwire::kill_leftovers_inside(self, keep).await
+        let _ = keep;
+        Ok(Vec::new())
     }
     /// Paths the sandbox's filesystem changed at, as seen by the engine rather than from
     /// inside (`docker diff`: an agent cannot hide a change from it); `None` when the backend

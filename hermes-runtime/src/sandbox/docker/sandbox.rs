@@ -929,6 +929,11 @@ impl Sandbox for DockerSandbox {
         }
     }
 
+    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        // Inside a container everything but init and the entrypoint is the agent's.
+        crate::sandbox::tripwire::kill_leftovers_inside(self, keep).await
+    }
+
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         let changes = self
             .docker()
