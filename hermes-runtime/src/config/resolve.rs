@@ -475,6 +475,20 @@ fn validate(env: &HermesEnvConfig) -> Result<(), ConfigError> {
             return bad(field, format!("must be 0 or more seconds, got {secs}"));
         }
     }
+    // Time limits become `Duration`s: a non-finite or absurd value is a config error, not a
+    // panic at the first rollout (<= 0 still means "no limit" where the field says so).
+    for (field, secs) in [
+        ("rollout_timeout", env.rollout_timeout),
+        ("worker_timeout", env.worker_timeout),
+        ("shutdown_grace", env.shutdown_grace),
+    ] {
+        if !(secs.is_finite() && secs < 1e9) {
+            return bad(
+                field,
+                format!("must be a finite number of seconds below 1e9, got {secs}"),
+            );
+        }
+    }
     if !(env.llm_server_cooldown.is_finite() && env.llm_server_cooldown > 0.0) {
         return bad(
             "llm_server_cooldown",
