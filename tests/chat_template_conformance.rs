@@ -363,3 +363,59 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
         );
     }
 }
+
+/// `chat_template_kwargs` in `--env.extra_body` reach our own renders: a Phase 2 run with the
+/// Qwen3 template and `enable_thinking: false` sends prompts with the template's empty think
+/// block (as vLLM renders them for such a request), and a run without it does not.
+#[test]
+fn a_runs_chat_template_kwargs_reach_its_prompts_and_trainer_tokens() {
+    let dir = reference().work.join("qwen3");
+    let tok = ChatTokenizer::load(dir.to_str().unwrap()).unwrap();
+    let run = |extra: &[&str]| {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = Command::new(common::example_bin("terminal_test"))
+            .args(["process", "--testing", "true", "--env.use_wandb", "false"])
+            .args(["--env.total_steps", "1", "--env.group_size", "2"])
+            .args(["--openai.server_type", "vllm", "--env.tokenizer_name"])
+            .arg(&dir)
+            .args(["--env.data_path_to_save_groups", "out.jsonl"])
+            .args(extra)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let jsonl = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+        let texts: Vec<String> = jsonl
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .flat_map(|g| g["tokens"].as_array().unwrap().clone())
+            .map(|t| {
+                let ids: Vec<u32> = serde_json::from_value(t).unwrap();
+                tok.decode(&ids, false).unwrap()
+            })
+            .collect();
+        assert!(!texts.is_empty(), "{stderr}");
+        (stderr, texts)
+    };
+    let empty_think = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    let (stderr, texts) = run(&[
+        "--env.extra_body",
+        r#"{"chat_template_kwargs": {"enable_thinking": false}}"#,
+    ]);
+    assert!(
+        stderr
+            .contains("rendering with chat_template_kwargs enable_thinking from --env.extra_body"),
+        "{stderr}"
+    );
+    for text in &texts {
+        assert!(text.contains(empty_think), "enable_thinking false: {text}");
+    }
+    let (_, texts) = run(&[]);
+    for text in &texts {
+        assert!(
+            !text.contains(empty_think),
+            "thinking on by default: {text}"
+        );
+    }
+}

@@ -3,6 +3,7 @@
 //! line at once, and the choice is a value tests can check.
 
 use anyhow::bail;
+use serde_json::{Map, Value};
 
 use crate::config::{Mode, ResolvedConfig, ServerType};
 use crate::parsers::{self, ToolCallParser};
@@ -31,6 +32,10 @@ pub struct RunPlan {
     pub parser: &'static dyn ToolCallParser,
     /// Its name (`hermes` when the configured one is unknown, as upstream falls back).
     pub parser_name: String,
+    /// `chat_template_kwargs` of `--env.extra_body` (e.g. `enable_thinking`): the server
+    /// renders Phase 1 chats with them, so our own renders (trainer tokens, Phase 2 prompts)
+    /// must see the same.
+    pub template_kwargs: Map<String, Value>,
     /// Lines to log at WARN before the run starts.
     pub warnings: Vec<String>,
 }
@@ -84,8 +89,27 @@ impl RunPlan {
             tokenizer: tokenizer_name(cfg, phase)?,
             parser,
             parser_name,
+            template_kwargs: template_kwargs(cfg)?,
             warnings,
         })
+    }
+}
+
+/// `extra_body.chat_template_kwargs`, which must be an object (vLLM and SGLang take it as the
+/// template's keyword arguments).
+fn template_kwargs(cfg: &ResolvedConfig) -> anyhow::Result<Map<String, Value>> {
+    match cfg
+        .env
+        .extra_body
+        .as_ref()
+        .and_then(|b| b.get("chat_template_kwargs"))
+    {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(kwargs)) => Ok(kwargs.clone()),
+        Some(other) => bail!(
+            "env.extra_body.chat_template_kwargs: must be an object of template variables such \
+             as {{\"enable_thinking\": false}}, got {other}"
+        ),
     }
 }
 
@@ -182,5 +206,33 @@ mod tests {
             "{:?}",
             p.warnings
         );
+    }
+
+    #[test]
+    fn chat_template_kwargs_come_from_extra_body_and_must_be_an_object() {
+        let p = plan(&["process"]).unwrap();
+        assert!(p.template_kwargs.is_empty());
+        let p = plan(&[
+            "process",
+            "--env.extra_body",
+            r#"{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 20}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            Value::Object(p.template_kwargs),
+            serde_json::json!({"enable_thinking": false})
+        );
+        let e = plan(&[
+            "process",
+            "--env.extra_body",
+            r#"{"chat_template_kwargs": "enable_thinking"}"#,
+        ])
+        .unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("env.extra_body.chat_template_kwargs: must be an object"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "one line: {e}");
     }
 }

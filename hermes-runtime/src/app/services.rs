@@ -50,7 +50,9 @@ impl<E: Environment> Services<E> {
         }
         let sandboxes = start_backend(&cfg.env, plan.backend, name).await?.provider;
         let managed = plan.phase == Phase::Managed;
-        let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing).await?;
+        let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing)
+            .await?
+            .map(|tok| Arc::new(with_template_kwargs(tok, &plan.template_kwargs)));
         let (references, scripted) = match cfg.manager.testing {
             true => {
                 let (book, server) = start_scripted(&mut cfg, plan, tokenizer.as_ref()).await?;
@@ -101,15 +103,15 @@ async fn load_tokenizer(
     name: &str,
     phase2: bool,
     testing: bool,
-) -> anyhow::Result<Option<Arc<ChatTokenizer>>> {
+) -> anyhow::Result<Option<ChatTokenizer>> {
     use crate::llm::tokenizer::TokenizerError;
     let hub = crate::hub::HubSettings::from_env();
     match ChatTokenizer::resolve(name, &hub).await {
-        Ok(tok) => Ok(Some(Arc::new(tok))),
+        Ok(tok) => Ok(Some(tok)),
         Err(e @ (TokenizerError::Hub(_) | TokenizerError::NotFound(_))) => {
             if phase2 && testing {
                 info!("--testing: {e}; using the built-in tiny tokenizer");
-                Ok(Some(Arc::new(ChatTokenizer::builtin())))
+                Ok(Some(ChatTokenizer::builtin()))
             } else if phase2 {
                 Err(e.into())
             } else {
@@ -119,6 +121,25 @@ async fn load_tokenizer(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The tokenizer rendering with the run's `chat_template_kwargs` (said once, so a user sees
+/// that e.g. `enable_thinking` reaches the trainer tokens and Phase 2 prompts too).
+fn with_template_kwargs(
+    tok: ChatTokenizer,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+) -> ChatTokenizer {
+    if kwargs.is_empty() {
+        return tok;
+    }
+    let names: Vec<&str> = kwargs.keys().map(String::as_str).collect();
+    info!(
+        "chat template of {}: rendering with chat_template_kwargs {} from --env.extra_body \
+         (Phase 1 trainer tokens and Phase 2 prompts alike)",
+        tok.source(),
+        names.join(", ")
+    );
+    tok.with_template_kwargs(kwargs.clone())
 }
 
 /// Starts the embedded scripted server of `--testing` (playing the environment's reference

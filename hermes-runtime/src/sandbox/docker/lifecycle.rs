@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Condvar, Mutex, Once};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bollard::query_parameters::RemoveContainerOptions;
+use bollard::query_parameters::{RemoveContainerOptions, WaitContainerOptionsBuilder};
 use bollard::{ClientVersion, Docker};
 use tracing::{debug, warn};
 
@@ -294,6 +294,37 @@ pub async fn remove_live_at(docker: &Docker, host: &str) -> (usize, usize) {
     (removed, failed)
 }
 
+/// Waits until another caller's removal of `name` has finished (Docker's own `removed` wait
+/// condition), so "removed" always means the daemon no longer lists it.
+async fn wait_removed(docker: &Docker, name: &str) -> Result<(), SandboxError> {
+    use futures::StreamExt as _;
+    let options = WaitContainerOptionsBuilder::new()
+        .condition("removed")
+        .build();
+    let waited = tokio::time::timeout(
+        REMOVE_TIMEOUT,
+        docker.wait_container(name, Some(options)).next(),
+    )
+    .await;
+    match waited {
+        // The stream ends, or reports the exit status (an error for a non-zero one), once the
+        // container is gone; a 404 means it already was.
+        Ok(None | Some(Ok(_)))
+        | Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })))
+        | Ok(Some(Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }))) => Ok(()),
+        Ok(Some(Err(e))) => Err(SandboxError::Daemon(format!(
+            "removing {name}: waiting for the removal in progress: {e}"
+        ))),
+        Err(_) => Err(SandboxError::Daemon(format!(
+            "removing {name}: the removal in progress did not finish within {}s",
+            REMOVE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
 /// Removes a container (force, with its anonymous volumes); a container that is already gone
 /// counts as removed.
 pub async fn remove_container(docker: &Docker, name: &str) -> Result<(), SandboxError> {
@@ -309,11 +340,11 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<(), Sandbox
         Ok(Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         })) => Ok(()),
-        // "removal already in progress": someone else is removing it.
+        // "removal already in progress": someone else is removing it; done once it is gone.
         Ok(Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 409,
             message,
-        })) if message.contains("already in progress") => Ok(()),
+        })) if message.contains("already in progress") => wait_removed(docker, name).await,
         Ok(Err(e)) => Err(SandboxError::Daemon(format!("removing {name}: {e}"))),
         Err(_) => Err(SandboxError::Daemon(format!(
             "removing {name}: no answer within {}s",
