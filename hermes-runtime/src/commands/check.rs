@@ -5,7 +5,7 @@
 //! non-zero when any item fails. Other arguments are the `process` mode's flags
 //! (`--env.terminal_backend docker`, `--config FILE`, …).
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{Arg, ArgMatches, Command};
 
 use crate::env::Environment;
 use crate::testing::{CheckOptions, Kit};
@@ -38,15 +38,7 @@ pub fn command() -> Command {
                 .value_parser(clap::value_parser!(usize))
                 .help("Items checked at once"),
         )
-        .arg(
-            Arg::new("flags")
-                .value_name("PROCESS FLAGS")
-                .num_args(0..)
-                .trailing_var_arg(true)
-                .allow_hyphen_values(true)
-                .action(ArgAction::Append)
-                .help("Flags of the process mode, e.g. --env.terminal_backend docker"),
-        )
+        .arg(super::process_flags_arg())
 }
 
 /// Runs `check` for environment `E`.
@@ -58,12 +50,7 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
             .get_one::<usize>("concurrency")
             .expect("has a default"),
     };
-    let flags: Vec<String> = matches
-        .get_many::<String>("flags")
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
+    let flags = super::process_flags(matches);
     let mut kit = Kit::<E>::builder().args(flags).start().await?;
     let report = kit.check(&options).await;
     let failures = report.failures();

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use clap::{Arg, ArgMatches, Command};
 
 use crate::env::Environment;
 use crate::testing::{
@@ -68,26 +68,13 @@ pub fn command() -> Command {
                 .value_name("MODEL")
                 .help("Also let this model (on the run's --openai.base_url server) try to pass without solving"),
         )
-        .arg(
-            Arg::new("flags")
-                .value_name("PROCESS FLAGS")
-                .num_args(0..)
-                .trailing_var_arg(true)
-                .allow_hyphen_values(true)
-                .action(ArgAction::Append)
-                .help("Flags of the process mode, e.g. --env.terminal_backend docker"),
-        )
+        .arg(super::process_flags_arg())
 }
 
 /// Runs `hack` for environment `E`.
 pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
     let options = options(matches)?;
-    let flags: Vec<String> = matches
-        .get_many::<String>("flags")
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
+    let flags = super::process_flags(matches);
     let started = Instant::now();
     let book = ReferenceBook::default();
     let mut kit = Kit::<E>::builder()

@@ -9,7 +9,7 @@ mod sandbox;
 mod view;
 mod wandb;
 
-use clap::{ArgMatches, Command};
+use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::env::Environment;
 
@@ -36,4 +36,25 @@ pub async fn run<E: Environment>(name: &str, matches: &ArgMatches) -> anyhow::Re
         "wandb" => wandb::run(matches).await,
         _ => anyhow::bail!("unknown subcommand '{name}'"),
     }
+}
+
+/// The trailing `process`-mode flags that `check` and `hack` run their kit with.
+fn process_flags_arg() -> Arg {
+    Arg::new("flags")
+        .value_name("PROCESS FLAGS")
+        .num_args(0..)
+        .trailing_var_arg(true)
+        .allow_hyphen_values(true)
+        .action(ArgAction::Append)
+        .help("Flags of the process mode, e.g. --env.terminal_backend docker")
+}
+
+/// The values of [`process_flags_arg`].
+fn process_flags(matches: &ArgMatches) -> Vec<String> {
+    matches
+        .get_many::<String>("flags")
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
 }

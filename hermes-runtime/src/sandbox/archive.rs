@@ -321,6 +321,33 @@ where
     unpack_within(stream, target, what, ARCHIVE_DEADLINE).await
 }
 
+/// Symbolic links followed when downloading a file from a remote sandbox.
+const MAX_LINKS: usize = 8;
+
+/// Downloads the remote path `abs` (whose tar stream `get_tar` opens) as `target` says,
+/// following symbolic links to files lexically, at most [`MAX_LINKS`] of them.
+pub(crate) async fn fetch_following_links<S, F, Fut>(
+    mut abs: String,
+    target: Unpack,
+    mut get_tar: F,
+) -> Result<Unpacked, SandboxError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<S, SandboxError>>,
+    S: Stream<Item = Result<Bytes, SandboxError>> + Send + Unpin,
+{
+    for _ in 0..=MAX_LINKS {
+        let stream = get_tar(abs.clone()).await?;
+        match unpack(stream, target.clone(), abs.clone()).await? {
+            Unpacked::Link(link) => abs = super::remote_path::follow_link(&abs, &link),
+            done => return Ok(done),
+        }
+    }
+    Err(SandboxError::Path(format!(
+        "too many levels of symbolic links at {abs}"
+    )))
+}
+
 /// [`unpack`] with the stream's deadline given.
 async fn unpack_within<S>(
     mut stream: S,

@@ -270,7 +270,7 @@ impl LocalSandbox {
                 kill_group(pgid);
             }
             let _ = child.wait().await;
-            return Ok(killed_by_deadline(capture, request.timeout));
+            return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
         if let (Some((_, final_cwd)), None) = (report.report().exit, &request.workdir) {
             *self.cwd.lock().expect("lock poisoned") = PathBuf::from(final_cwd);
@@ -283,7 +283,7 @@ impl LocalSandbox {
             Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for command: {e}"))),
             None => -1,
         };
-        Ok(finished(capture, exit_code))
+        Ok(ExecOutput::finished(capture, exit_code))
     }
 
     /// The working directory a request runs in; the sandbox must still exist.
@@ -333,29 +333,6 @@ impl LocalSandbox {
         for pgid in groups {
             kill_group(pgid);
         }
-    }
-}
-
-/// The result of a command that ended.
-fn finished(output: CappedOutput, exit_code: i32) -> ExecOutput {
-    ExecOutput {
-        output: output.finish(),
-        exit_code,
-        timed_out: false,
-    }
-}
-
-/// The result of a command the deadline killed.
-fn killed_by_deadline(output: CappedOutput, timeout: Duration) -> ExecOutput {
-    let mut output = output.finish();
-    output.push_str(&format!(
-        "\n[Command timed out after {}s]",
-        timeout.as_secs()
-    ));
-    ExecOutput {
-        output,
-        exit_code: 124,
-        timed_out: true,
     }
 }
 
@@ -506,7 +483,7 @@ impl Sandbox for LocalSandbox {
                     if let (Some(cwd), None) = (cwd, &request.workdir) {
                         *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
                     }
-                    return Ok(finished(output, code));
+                    return Ok(ExecOutput::finished(output, code));
                 }
                 Outcome::TimedOut { output, pgid } => {
                     if let Some(pgid) = pgid {
@@ -516,7 +493,7 @@ impl Sandbox for LocalSandbox {
                         warn!("the persistent shell did not report a killed command's end; starting a fresh one");
                         *slot = None;
                     }
-                    return Ok(killed_by_deadline(output, request.timeout));
+                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
                 }
                 Outcome::Died {
                     output,
@@ -525,7 +502,7 @@ impl Sandbox for LocalSandbox {
                 } => {
                     *slot = None;
                     if started {
-                        return Ok(finished(output, code.unwrap_or(-1)));
+                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
                     }
                     if fresh {
                         warn!(

@@ -13,6 +13,7 @@ mod links;
 mod local;
 mod output;
 mod persistent;
+mod remote_path;
 mod shell;
 mod ssh;
 mod task;
@@ -72,6 +73,31 @@ pub struct ExecOutput {
     pub exit_code: i32,
     /// True when the deadline killed the command's process group.
     pub timed_out: bool,
+}
+
+impl ExecOutput {
+    /// The result of a command that ended with `exit_code`.
+    pub(crate) fn finished(output: output::CappedOutput, exit_code: i32) -> Self {
+        ExecOutput {
+            output: output.finish(),
+            exit_code,
+            timed_out: false,
+        }
+    }
+
+    /// The result of a command the deadline killed (exit 124, with Hermes's marker line).
+    pub(crate) fn killed_by_deadline(output: output::CappedOutput, timeout: Duration) -> Self {
+        let mut output = output.finish();
+        output.push_str(&format!(
+            "\n[Command timed out after {}s]",
+            timeout.as_secs()
+        ));
+        ExecOutput {
+            output,
+            exit_code: 124,
+            timed_out: true,
+        }
+    }
 }
 
 /// Per-item sandbox settings an environment chooses with its `sandbox_spec` hook (as

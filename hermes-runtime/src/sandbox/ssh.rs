@@ -21,8 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::time::{sleep_until, Instant};
 
-use super::archive::{pack, unpack, PackSource, Unpack, Unpacked};
+use super::archive::{fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked};
 use super::bounded::READ_LIMIT;
+use super::remote_path::{normalize, parent_of};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
@@ -42,9 +43,6 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 /// scratch directory this backend made).
 const TEARDOWN: &str = "d=$1; shift; [ $# -gt 0 ] && kill -9 \"$@\" 2>/dev/null
 case \"$d\" in */hermes-env-task-*) rm -rf -- \"$d\" ;; esac";
-
-/// Symbolic links followed when downloading a file.
-const MAX_LINKS: usize = 8;
 
 /// Where and as whom the ssh backend runs commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,28 +303,6 @@ pub struct SshSandbox {
     torn_down: AtomicBool,
 }
 
-/// `/a/./b/../c` → `/a/c`.
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
-
-fn parent_of(abs: &str) -> String {
-    match abs.rfind('/') {
-        Some(0) | None => "/".to_owned(),
-        Some(i) => abs[..i].to_owned(),
-    }
-}
-
 impl SshSandbox {
     /// Resolves `~`, `~/x` and relative paths against the scratch directory.
     fn abs(&self, path: &str) -> String {
@@ -461,23 +437,8 @@ impl SshSandbox {
     }
 
     /// Downloads `abs` as `target` says, following symbolic links to files.
-    async fn fetch(&self, mut abs: String, target: Unpack) -> Result<Unpacked, SandboxError> {
-        for _ in 0..=MAX_LINKS {
-            let stream = self.get_tar(&abs)?;
-            match unpack(stream, target.clone(), abs.clone()).await? {
-                Unpacked::Link(link) => {
-                    abs = if link.starts_with('/') {
-                        normalize(&link)
-                    } else {
-                        normalize(&format!("{}/{link}", parent_of(&abs)))
-                    };
-                }
-                done => return Ok(done),
-            }
-        }
-        Err(SandboxError::Path(format!(
-            "too many levels of symbolic links at {abs}"
-        )))
+    async fn fetch(&self, abs: String, target: Unpack) -> Result<Unpacked, SandboxError> {
+        fetch_following_links(abs, target, |abs| std::future::ready(self.get_tar(&abs))).await
     }
 
     /// Runs the command's ssh session to completion or its deadline.
@@ -533,16 +494,7 @@ impl SshSandbox {
                 self.kill_group(pid).await;
             }
             let _ = child.kill().await;
-            let mut output = capture.finish();
-            output.push_str(&format!(
-                "\n[Command timed out after {}s]",
-                request.timeout.as_secs()
-            ));
-            return Ok(ExecOutput {
-                output,
-                exit_code: 124,
-                timed_out: true,
-            });
+            return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
         let code = match status {
             Some(Ok(s)) => s.code().unwrap_or(-1),
@@ -561,11 +513,7 @@ impl SshSandbox {
         if request.workdir.is_none() {
             *self.cwd.lock().expect("lock poisoned") = final_cwd;
         }
-        Ok(ExecOutput {
-            output: capture.finish(),
-            exit_code,
-            timed_out: false,
-        })
+        Ok(ExecOutput::finished(capture, exit_code))
     }
 }
 
@@ -733,6 +681,5 @@ mod tests {
     #[test]
     fn remote_words_are_quoted_for_the_shell() {
         assert_eq!(quote("it's $HOME"), "'it'\\''s $HOME'");
-        assert_eq!(normalize("/a/./b/../c/"), "/a/c");
     }
 }

@@ -4,9 +4,8 @@
 //! model-chosen URLs from this host would give the model this host's network.
 
 use async_trait::async_trait;
-use serde::Deserialize;
 
-use super::web_http::ProviderClient;
+use super::web_http::{ProviderClient, SearchResults};
 use super::{Page, SearchHit, WebBackend, WebError};
 
 /// Search through a SearXNG instance.
@@ -23,38 +22,14 @@ impl SearxngBackend {
     }
 }
 
-#[derive(Deserialize)]
-struct SearchResponse {
-    #[serde(default)]
-    results: Vec<SearchResult>,
-}
-
-#[derive(Deserialize)]
-struct SearchResult {
-    #[serde(default)]
-    title: String,
-    url: String,
-    #[serde(default)]
-    content: String,
-}
-
 #[async_trait]
 impl WebBackend for SearxngBackend {
     async fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, WebError> {
-        let response: SearchResponse = self
+        let response: SearchResults = self
             .client
             .get("/search", &[("q", query), ("format", "json")])
             .await?;
-        Ok(response
-            .results
-            .into_iter()
-            .take(limit)
-            .map(|r| SearchHit {
-                title: r.title,
-                url: r.url,
-                description: r.content,
-            })
-            .collect())
+        Ok(response.into_hits(limit))
     }
 
     async fn extract(&self, url: &str) -> Result<Page, WebError> {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::web_http::ProviderClient;
+use super::web_http::{ProviderClient, SearchResults};
 use super::{Page, SearchHit, WebBackend, WebError};
 
 /// Tavily's public API.
@@ -24,21 +24,6 @@ impl TavilyBackend {
             client: ProviderClient::new("tavily", base_url, Some(api_key))?,
         })
     }
-}
-
-#[derive(Deserialize)]
-struct SearchResponse {
-    #[serde(default)]
-    results: Vec<SearchResult>,
-}
-
-#[derive(Deserialize)]
-struct SearchResult {
-    #[serde(default)]
-    title: String,
-    url: String,
-    #[serde(default)]
-    content: String,
 }
 
 #[derive(Deserialize)]
@@ -66,17 +51,8 @@ struct FailedResult {
 impl WebBackend for TavilyBackend {
     async fn search(&self, query: &str, limit: usize) -> Result<Vec<SearchHit>, WebError> {
         let body = json!({"query": query, "max_results": limit, "search_depth": "basic"});
-        let response: SearchResponse = self.client.post("/search", &body).await?;
-        Ok(response
-            .results
-            .into_iter()
-            .take(limit)
-            .map(|r| SearchHit {
-                title: r.title,
-                url: r.url,
-                description: r.content,
-            })
-            .collect())
+        let response: SearchResults = self.client.post("/search", &body).await?;
+        Ok(response.into_hits(limit))
     }
 
     async fn extract(&self, url: &str) -> Result<Page, WebError> {

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
-use super::WebError;
+use super::{SearchHit, WebError};
 
 /// Per-request limit of a web-backend call.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -89,5 +90,36 @@ impl ProviderClient {
                 e.without_url()
             ))
         })
+    }
+}
+
+/// A search answer in the shape SearXNG and Tavily share: `results` of title, URL and snippet.
+#[derive(Deserialize)]
+pub(crate) struct SearchResults {
+    #[serde(default)]
+    results: Vec<SearchResult>,
+}
+
+#[derive(Deserialize)]
+struct SearchResult {
+    #[serde(default)]
+    title: String,
+    url: String,
+    #[serde(default)]
+    content: String,
+}
+
+impl SearchResults {
+    /// The first `limit` results as search hits (the snippet as the description).
+    pub(crate) fn into_hits(self, limit: usize) -> Vec<SearchHit> {
+        self.results
+            .into_iter()
+            .take(limit)
+            .map(|r| SearchHit {
+                title: r.title,
+                url: r.url,
+                description: r.content,
+            })
+            .collect()
     }
 }

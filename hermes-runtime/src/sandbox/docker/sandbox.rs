@@ -26,10 +26,13 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
 use super::{Container, Shared};
-use crate::sandbox::archive::{pack, unpack, PackSource, TarStream, Unpack, Unpacked};
+use crate::sandbox::archive::{
+    fetch_following_links, pack, unpack, PackSource, TarStream, Unpack, Unpacked,
+};
 use crate::sandbox::persistent::{
     frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink,
 };
+use crate::sandbox::remote_path::{normalize, parent_of};
 use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use crate::sandbox::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer, READ_LIMIT,
@@ -42,8 +45,6 @@ const DRAIN_QUIET: Duration = Duration::from_millis(200);
 const DRAIN_MAX: Duration = Duration::from_millis(1000);
 /// Deadline of internal helper commands (kill, tar, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
-/// Symbolic links followed by `read_file` / `download_file`.
-const MAX_LINKS: usize = 8;
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, SandboxError>> + Send>>;
 
@@ -122,29 +123,6 @@ impl ShellLink for DockerLink {
     }
 }
 
-/// The result of a command that ended.
-fn finished(output: CappedOutput, exit_code: i32) -> ExecOutput {
-    ExecOutput {
-        output: output.finish(),
-        exit_code,
-        timed_out: false,
-    }
-}
-
-/// The result of a command the deadline killed.
-fn killed_by_deadline(output: CappedOutput, timeout: Duration) -> ExecOutput {
-    let mut output = output.finish();
-    output.push_str(&format!(
-        "\n[Command timed out after {}s]",
-        timeout.as_secs()
-    ));
-    ExecOutput {
-        output,
-        exit_code: 124,
-        timed_out: true,
-    }
-}
-
 impl std::fmt::Debug for DockerSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DockerSandbox")
@@ -184,28 +162,6 @@ fn archive_error(name: &str, path: &str, e: bollard::errors::Error) -> SandboxEr
             ref message,
         } if !message.contains("No such container") => SandboxError::NotFound(path.to_owned()),
         other => container_error(name, other),
-    }
-}
-
-/// Lexically normalises an absolute path (`.` and `..` resolved, no trailing slash).
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
-
-fn parent_of(abs: &str) -> String {
-    match abs.rfind('/') {
-        Some(0) | None => "/".to_owned(),
-        Some(i) => abs[..i].to_owned(),
     }
 }
 
@@ -523,23 +479,7 @@ impl DockerSandbox {
 
     /// Downloads `abs` into `target`, following symbolic links for file targets.
     async fn fetch(&self, abs: String, target: Unpack) -> Result<Unpacked, SandboxError> {
-        let mut abs = abs;
-        for _ in 0..=MAX_LINKS {
-            let stream = self.get_tar(&abs).await?;
-            match unpack(stream, target.clone(), abs.clone()).await? {
-                Unpacked::Link(link) => {
-                    abs = if link.starts_with('/') {
-                        normalize(&link)
-                    } else {
-                        normalize(&format!("{}/{link}", parent_of(&abs)))
-                    };
-                }
-                done => return Ok(done),
-            }
-        }
-        Err(SandboxError::Path(format!(
-            "too many levels of symbolic links at {abs}"
-        )))
+        fetch_following_links(abs, target, |abs| async move { self.get_tar(&abs).await }).await
     }
 
     /// Mode bits of `abs` and whether it is a directory, via the archive endpoint (`None` when
@@ -624,7 +564,7 @@ impl DockerSandbox {
             if let Some(pgid) = report.report().pid {
                 self.kill_group(pgid).await;
             }
-            return Ok(killed_by_deadline(capture, request.timeout));
+            return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
         let exit_code = match report.report().exit {
             Some((code, final_cwd)) => {
@@ -643,7 +583,7 @@ impl DockerSandbox {
                 code
             }
         };
-        Ok(finished(capture, exit_code))
+        Ok(ExecOutput::finished(capture, exit_code))
     }
 
     /// The working directory a request runs in.
@@ -776,7 +716,7 @@ impl Sandbox for DockerSandbox {
                     if let (Some(cwd), None) = (cwd, &request.workdir) {
                         *self.cwd.lock().expect("lock poisoned") = cwd;
                     }
-                    return Ok(finished(output, code));
+                    return Ok(ExecOutput::finished(output, code));
                 }
                 Outcome::TimedOut { output, pgid } => {
                     if let Some(pgid) = pgid {
@@ -786,7 +726,7 @@ impl Sandbox for DockerSandbox {
                         warn!("the persistent shell did not report a killed command's end; starting a fresh one");
                         *slot = None;
                     }
-                    return Ok(killed_by_deadline(output, request.timeout));
+                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
                 }
                 Outcome::Died {
                     output,
@@ -795,7 +735,7 @@ impl Sandbox for DockerSandbox {
                 } => {
                     *slot = None;
                     if started {
-                        return Ok(finished(output, code.unwrap_or(-1)));
+                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
                     }
                     if fresh {
                         warn!(
@@ -952,18 +892,5 @@ impl Sandbox for DockerSandbox {
     async fn teardown(&self) -> Result<(), SandboxError> {
         *self.shell.lock().await = None;
         self.container.guard.remove(self.docker()).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_normalised() {
-        assert_eq!(normalize("/root/./a/../b/"), "/root/b");
-        assert_eq!(normalize("/../.."), "/");
-        assert_eq!(parent_of("/root/x"), "/root");
-        assert_eq!(parent_of("/x"), "/");
     }
 }
