@@ -198,7 +198,7 @@ pub async fn run_serve<E: Environment>(
     opts: ServeOptions,
     shutdown: &Shutdown,
 ) -> anyhow::Result<ServeSummary> {
-    let config = Arc::clone(&rt.config);
+    let config = Arc::clone(rt.config());
     let api = TrajectoryApi::new(&config.rollout_server_url, opts.retry, opts.register_poll)?;
     let register = RegisterEnv {
         max_token_length: config.max_token_length,
@@ -446,13 +446,13 @@ impl<E: Environment> Loop<E> {
         };
         // The server's share of the inference fleet scales this env's request limits; the
         // chat client, /generate and the judge share one pool, so one call covers all three.
-        self.rt.llm.pool().set_weight(status.env_weight);
+        self.rt.llm().pool().set_weight(status.env_weight);
         self.status = Some(status);
         self.poll_eval().await;
         if self.curr_step != status.current_step {
             self.step_changed(status.current_step);
         }
-        let config = Arc::clone(&self.rt.config);
+        let config = Arc::clone(self.rt.config());
         if should_stop(
             &status,
             config.group_size,
@@ -494,9 +494,9 @@ impl<E: Environment> Loop<E> {
     }
 
     fn cap_inputs(&self) -> CapInputs<'_> {
-        let c = &self.rt.config;
+        let c = self.rt.config();
         CapInputs {
-            max_num_workers: c.effective_workers(self.rt.llm.server_count()) as i64,
+            max_num_workers: c.effective_workers(self.rt.llm().server_count()) as i64,
             eval_running: self.eval.is_some(),
             eval_handling: c.eval_handling,
             eval_limit_ratio: c.eval_limit_ratio,
@@ -553,7 +553,7 @@ impl<E: Environment> Loop<E> {
     }
 
     fn enforce_timeout(&mut self) {
-        let limit = self.rt.config.worker_timeout;
+        let limit = self.rt.config().worker_timeout;
         if limit <= 0.0 {
             return;
         }
@@ -603,7 +603,7 @@ impl<E: Environment> Loop<E> {
                 return;
             }
         };
-        let c = Arc::clone(&self.rt.config);
+        let c = Arc::clone(self.rt.config());
         let dropped = group.drop_reason(
             c.group_size.max(1) as usize,
             c.ensure_scores_are_not_same,
@@ -720,7 +720,7 @@ impl<E: Environment> Loop<E> {
             self.outbox.queued()
         );
         self.summary.reregistrations += 1;
-        if self.rt.config.total_steps == -1 && registration.num_steps != -1 {
+        if self.rt.config().total_steps == -1 && registration.num_steps != -1 {
             self.total_steps = registration.num_steps;
         }
         self.curr_step = registration.starting_step;
@@ -728,7 +728,8 @@ impl<E: Environment> Loop<E> {
         self.status = None;
         match self.api.info().await {
             Ok(info) => {
-                (self.batch_size, self.length_limit) = apply_info(&info, self.rt.config.batch_size)
+                (self.batch_size, self.length_limit) =
+                    apply_info(&info, self.rt.config().batch_size)
             }
             Err(e) => warn!("GET /info after re-registering failed: {e}"),
         }
@@ -740,7 +741,7 @@ impl<E: Environment> Loop<E> {
     }
 
     fn step_changed(&mut self, current: i64) {
-        let c = Arc::clone(&self.rt.config);
+        let c = Arc::clone(self.rt.config());
         if boundary_crossed(self.curr_step, current, c.steps_per_eval) {
             if self.eval.is_some() {
                 warn!("step {current}: evaluation due but the previous one is still running");
@@ -766,7 +767,7 @@ impl<E: Environment> Loop<E> {
 
     fn start_eval(&mut self, step: i64) {
         info!("step {step}: starting evaluation");
-        if self.rt.config.eval_handling == EvalHandling::StopTrain {
+        if self.rt.config().eval_handling == EvalHandling::StopTrain {
             self.cancel_all_to_backlog();
         }
         let env = Arc::clone(&self.env);
@@ -869,7 +870,7 @@ impl<E: Environment> Loop<E> {
     /// After a stop request: takes no new items and lets the running groups finish until
     /// the grace period (counted from the request) runs out.
     async fn finish_running(&mut self) {
-        let grace = grace(self.rt.config.shutdown_grace);
+        let grace = grace(self.rt.config().shutdown_grace);
         if !self.running.is_empty() {
             info!(
                 "waiting up to {grace:?} for {} running groups (--env.shutdown_grace)",
@@ -895,7 +896,7 @@ impl<E: Environment> Loop<E> {
     /// Waits for the sends in flight and resends the outbox, for at most the rest of the
     /// grace period (at least 5 s, none after a second stop request); spools what is left.
     async fn deliver_or_spool(&mut self) {
-        let grace = grace(self.rt.config.shutdown_grace);
+        let grace = grace(self.rt.config().shutdown_grace);
         let shutdown = self.shutdown.clone();
         let deadline = tokio::time::sleep(Duration::from_secs(5));
         let interrupted = self.summary.interrupted;
