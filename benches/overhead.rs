@@ -214,21 +214,17 @@ async fn main() -> anyhow::Result<()> {
         max_agent_turns: 8,
         ..Default::default()
     });
-    let rt = Runtime {
-        config: Arc::clone(&config),
-        llm: LlmClient::new(&servers, 8, RetryPolicy::default())?,
-        sandboxes: Arc::new(LocalProvider::new()?),
-        tools: Arc::new(
-            ToolRegistry::builtin()
-                .resolve(Some(&["file".into(), "terminal".into()]), None)
-                .map_err(anyhow::Error::msg)?
-                .0,
-        ),
-        distribution: None,
-        tool_permits: tokio::sync::Semaphore::new(128),
-        references: None,
-        tokens: Default::default(),
-    };
+    let tools = ToolRegistry::builtin()
+        .resolve(Some(&["file".into(), "terminal".into()]), None)
+        .map_err(anyhow::Error::msg)?
+        .0;
+    let rt = Runtime::builder(
+        Arc::clone(&config),
+        LlmClient::new(&servers, 8, RetryPolicy::default())?,
+        Arc::new(LocalProvider::new()?),
+        tools,
+    )
+    .build();
     let env = <Bench as hermes_env::EnvDefinition>::from_config(config, Default::default());
     let url = format!("{}/chat/completions", server.base_url());
     println!("framework overhead: {TURNS}-turn tool-calling rollouts, scripted server, zero model latency");

@@ -143,30 +143,25 @@ fn runtime(server: &ScriptedServer, api_url: &str) -> anyhow::Result<Runtime> {
         worker_timeout: 0.0,
         ..Default::default()
     });
-    Ok(Runtime {
-        config,
-        llm: LlmClient::new(&servers, 8, RetryPolicy::default())?,
-        sandboxes: Arc::new(LocalProvider::new()?),
-        tools: Arc::new(
-            ToolRegistry::builtin()
-                .resolve(Some(&["file".into()]), None)
-                .map_err(anyhow::Error::msg)?
-                .0,
-        ),
-        distribution: None,
-        tool_permits: tokio::sync::Semaphore::new(128),
-        references: None,
-        tokens: TokenSource::Managed(Arc::new(Phase2 {
-            client: GenerateClient::new(&servers, RetryPolicy::default())?,
-            tokenizer: Arc::clone(server.tokenizer()),
-            parser: hermes_env::parsers::get("hermes")?,
-            preserve_think_blocks: false,
-        })),
-    })
+    let tools = ToolRegistry::builtin()
+        .resolve(Some(&["file".into()]), None)
+        .map_err(anyhow::Error::msg)?
+        .0;
+    let llm = LlmClient::new(&servers, 8, RetryPolicy::default())?;
+    Ok(
+        Runtime::builder(config, llm, Arc::new(LocalProvider::new()?), tools)
+            .tokens(TokenSource::Managed(Arc::new(Phase2 {
+                client: GenerateClient::new(&servers, RetryPolicy::default())?,
+                tokenizer: Arc::clone(server.tokenizer()),
+                parser: hermes_env::parsers::get("hermes")?,
+                preserve_think_blocks: false,
+            })))
+            .build(),
+    )
 }
 
 fn bench_env(rt: &Runtime) -> Bench {
-    <Bench as hermes_env::EnvDefinition>::from_config(Arc::clone(&rt.config), Default::default())
+    <Bench as hermes_env::EnvDefinition>::from_config(Arc::clone(rt.config()), Default::default())
 }
 
 /// Baseline: the same groups from a bare pool of `WORKERS` concurrent `collect_group` calls.

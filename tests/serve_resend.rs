@@ -134,26 +134,23 @@ async fn undelivered_groups_are_resent_when_the_api_answers_again() {
         base: Duration::from_millis(5),
         cap: Duration::from_millis(20),
     };
-    let rt = Runtime {
-        config: Arc::clone(&config),
-        llm: LlmClient::new(&servers, 8, fast).unwrap(),
-        sandboxes: Arc::new(LocalProvider::new().unwrap()),
-        tools: Arc::new(
-            ToolRegistry::builtin()
-                .resolve(Some(&["file".into()]), None)
-                .unwrap()
-                .0,
-        ),
-        distribution: None,
-        tool_permits: tokio::sync::Semaphore::new(8),
-        references: None,
-        tokens: TokenSource::Managed(Arc::new(Phase2 {
-            client: GenerateClient::new(&servers, fast).unwrap(),
-            tokenizer: Arc::clone(server.tokenizer()),
-            parser: hermes_env::parsers::get("hermes").unwrap(),
-            preserve_think_blocks: false,
-        })),
-    };
+    let tools = ToolRegistry::builtin()
+        .resolve(Some(&["file".into()]), None)
+        .unwrap()
+        .0;
+    let rt = Runtime::builder(
+        Arc::clone(&config),
+        LlmClient::new(&servers, 8, fast).unwrap(),
+        Arc::new(LocalProvider::new().unwrap()),
+        tools,
+    )
+    .tokens(TokenSource::Managed(Arc::new(Phase2 {
+        client: GenerateClient::new(&servers, fast).unwrap(),
+        tokenizer: Arc::clone(server.tokenizer()),
+        parser: hermes_env::parsers::get("hermes").unwrap(),
+        preserve_think_blocks: false,
+    })))
+    .build();
     let env = <Resend as hermes_env::EnvDefinition>::from_config(config, Default::default());
     let mut opts = ServeOptions::new("resend-test", "scripted");
     opts.startup_delay = Duration::ZERO;

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
-use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use super::plan::{Phase, RunPlan};
@@ -75,16 +74,11 @@ impl<E: Environment> Services<E> {
             }
         }
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
-        let rt = Runtime {
-            config: shared,
-            llm,
-            sandboxes,
-            tools: Arc::new(tools),
-            distribution,
-            tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
-            references: references.map(|b| Arc::new(b) as Arc<dyn crate::modes::ReferenceSink>),
-            tokens,
-        };
+        let rt = Runtime::builder(shared, llm, sandboxes, tools)
+            .distribution(distribution)
+            .references(references)
+            .tokens(tokens)
+            .build();
         Ok(Services {
             env,
             rt,

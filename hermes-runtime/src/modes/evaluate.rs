@@ -97,7 +97,7 @@ pub async fn run_evaluate<A: EnvAccess>(
     model_name: &str,
     shutdown: &Shutdown,
 ) -> anyhow::Result<EvalSummary> {
-    let config = Arc::clone(&rt.config);
+    let config = Arc::clone(rt.config());
     let mut items = env.read().await.eval_items();
     if let Some(n) = config.eval_size.filter(|n| *n >= 0) {
         items.truncate(n as usize);
@@ -194,7 +194,7 @@ async fn evaluate_items<A: EnvAccess>(
     items: Vec<<A::Env as Environment>::Item>,
     shutdown: &Shutdown,
 ) -> Vec<crate::env::ScoredRollout<<A::Env as Environment>::Item>> {
-    let workers = rt.config.max_eval_workers.max(1) as usize;
+    let workers = rt.config().max_eval_workers.max(1) as usize;
     let progress = Progress::new("evaluate", "items", items.len() as u64);
     let progress = &progress;
     let mut stream = futures::stream::iter(items.into_iter().enumerate())
@@ -214,7 +214,7 @@ async fn evaluate_items<A: EnvAccess>(
             .instrument(info_span!("eval", item = i))
         })
         .buffered(workers);
-    let grace = grace(rt.config.shutdown_grace);
+    let grace = grace(rt.config().shutdown_grace);
     let mut rollouts = Vec::new();
     loop {
         tokio::select! {

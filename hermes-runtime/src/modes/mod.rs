@@ -14,6 +14,6 @@ pub use evaluate::{run_evaluate, write_evaluate_config, EvalSummary};
 pub use process::{run_process, Interruption, ProcessSummary};
 pub use rollout::{
     collect_group, run_rollout, run_rollout_with, run_rollout_with_retries, EnvAccess, FailedItem,
-    GroupRun, ReferenceSink, Runtime, SharedEnv, TokenSource,
+    GroupRun, ReferenceSink, Runtime, RuntimeBuilder, SharedEnv, TokenSource,
 };
 pub use serve::{run_serve, ServeOptions, ServeSummary};

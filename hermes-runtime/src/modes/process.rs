@@ -137,7 +137,7 @@ pub async fn run_process<E: Environment>(
     wandb: Option<&Logger>,
     shutdown: &Shutdown,
 ) -> anyhow::Result<ProcessSummary> {
-    let config = std::sync::Arc::clone(&rt.config);
+    let config = std::sync::Arc::clone(rt.config());
     let total = config.total_steps.max(0) as usize;
     let mut tally = Tally::open(rt, total)?;
     let mut metrics = wandb.map(|_| TrainMetrics::<E::Item>::new(&config));
@@ -219,7 +219,7 @@ async fn run_batch<E: Environment>(
             .instrument(info_span!("group", item = first + i))
         })
         .collect();
-    let grace = grace(rt.config.shutdown_grace);
+    let grace = grace(rt.config().shutdown_grace);
     loop {
         tokio::select! {
             next = pending.next() => match next {
@@ -253,7 +253,7 @@ fn log_group<E: Environment>(
     metrics.record_failures(&run.failures);
     match &run.result {
         Ok(group) => {
-            let config = &rt.config;
+            let config = rt.config();
             let dropped = group.drop_reason(
                 config.group_size.max(1) as usize,
                 config.ensure_scores_are_not_same,
@@ -275,7 +275,7 @@ fn log_group<E: Environment>(
     }
     let context = LogContext {
         prefix: None,
-        length_limit: rt.config.max_token_length,
+        length_limit: rt.config().max_token_length,
         server_metrics: server_metrics(&rt.take_request_stats()),
     };
     logger.log(done as i64 - 1, metrics.take(env, &context));
@@ -284,7 +284,7 @@ fn log_group<E: Environment>(
 impl Tally {
     fn open(rt: &Runtime, total: usize) -> anyhow::Result<Self> {
         let requested = rt
-            .config
+            .config()
             .data_path_to_save_groups
             .clone()
             .context("data_path_to_save_groups is not set")?;

@@ -25,25 +25,75 @@ use crate::sandbox::{SandboxProvider, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
 
-/// Shared services of one run.
+/// Shared services of one run. Built with [`Runtime::builder`]; modes read the config and
+/// the inference client through [`Runtime::config`] and [`Runtime::llm`].
 pub struct Runtime {
     /// Shared env config.
-    pub config: Arc<HermesEnvConfig>,
+    config: Arc<HermesEnvConfig>,
     /// Inference client.
-    pub llm: LlmClient,
+    llm: LlmClient,
     /// Sandbox backend.
-    pub sandboxes: Arc<dyn SandboxProvider>,
+    sandboxes: Arc<dyn SandboxProvider>,
     /// Tools offered to every rollout of this run (without a distribution).
-    pub tools: Arc<ToolSet>,
+    tools: Arc<ToolSet>,
     /// With `--env.distribution`: draws each group's tools instead of `tools`.
-    pub distribution: Option<GroupTools>,
+    distribution: Option<GroupTools>,
     /// Bounds concurrent tool executions (`tool_pool_size`).
-    pub tool_permits: Semaphore,
+    tool_permits: Semaphore,
     /// Where each rollout's reference solution goes, keyed by its prompt (`--testing true`:
     /// the scripted server plays them back).
-    pub references: Option<Arc<dyn ReferenceSink>>,
+    references: Option<Arc<dyn ReferenceSink>>,
     /// Where the trainer tokens of a rollout come from.
-    pub tokens: TokenSource,
+    tokens: TokenSource,
+}
+
+/// Assembles a [`Runtime`] from its required parts; the rest defaults to no tool
+/// distribution, no reference sink, placeholder tokens and `tool_pool_size` tool permits.
+#[must_use]
+pub struct RuntimeBuilder {
+    config: Arc<HermesEnvConfig>,
+    llm: LlmClient,
+    sandboxes: Arc<dyn SandboxProvider>,
+    tools: Arc<ToolSet>,
+    distribution: Option<GroupTools>,
+    references: Option<Arc<dyn ReferenceSink>>,
+    tokens: TokenSource,
+}
+
+impl RuntimeBuilder {
+    /// Draws each group's tools from `distribution` when there is one (`--env.distribution`).
+    pub fn distribution(mut self, distribution: Option<GroupTools>) -> Self {
+        self.distribution = distribution;
+        self
+    }
+
+    /// Offers each rollout's reference solution to `sink` when there is one (the scripted
+    /// server of `--testing` and the kit).
+    pub fn references<S: ReferenceSink + 'static>(mut self, sink: Option<S>) -> Self {
+        self.references = sink.map(|s| Arc::new(s) as Arc<dyn ReferenceSink>);
+        self
+    }
+
+    /// Where the trainer tokens come from (default: placeholders).
+    pub fn tokens(mut self, tokens: TokenSource) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// The runtime, with `tool_pool_size` (at least 1) concurrent tool executions.
+    pub fn build(self) -> Runtime {
+        let permits = self.config.tool_pool_size.max(1) as usize;
+        Runtime {
+            config: self.config,
+            llm: self.llm,
+            sandboxes: self.sandboxes,
+            tools: self.tools,
+            distribution: self.distribution,
+            tool_permits: Semaphore::new(permits),
+            references: self.references,
+            tokens: self.tokens,
+        }
+    }
 }
 
 /// Receives the reference solution of each rollout's prompt, so a scripted server can play
@@ -108,6 +158,35 @@ impl<E: Environment> EnvAccess for SharedEnv<E> {
 }
 
 impl Runtime {
+    /// A builder from the parts every run has: the env config, the inference client, the
+    /// sandbox backend and the run's tools.
+    pub fn builder(
+        config: Arc<HermesEnvConfig>,
+        llm: LlmClient,
+        sandboxes: Arc<dyn SandboxProvider>,
+        tools: ToolSet,
+    ) -> RuntimeBuilder {
+        RuntimeBuilder {
+            config,
+            llm,
+            sandboxes,
+            tools: Arc::new(tools),
+            distribution: None,
+            references: None,
+            tokens: TokenSource::Placeholder,
+        }
+    }
+
+    /// The shared env config.
+    pub fn config(&self) -> &Arc<HermesEnvConfig> {
+        &self.config
+    }
+
+    /// The inference client (chat completions; its pool is shared with `/generate`).
+    pub fn llm(&self) -> &LlmClient {
+        &self.llm
+    }
+
     /// Request statistics per inference server since the last call (which clears them), from
     /// the client that served the rollouts: `/generate` in Phase 2, chat completions otherwise.
     pub fn take_request_stats(&self) -> Vec<crate::llm::RequestStats> {
@@ -616,5 +695,54 @@ fn trainer_tokens(
             let n = tokens.len();
             (tokens, vec![MASKED; n], Some(vec![1.0; n]))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ApiServerConfig;
+    use crate::llm::RetryPolicy;
+    use crate::sandbox::LocalProvider;
+    use crate::testing::ReferenceBook;
+    use crate::tools::ToolRegistry;
+
+    fn builder(tool_pool_size: i64) -> RuntimeBuilder {
+        let config = Arc::new(HermesEnvConfig {
+            tool_pool_size,
+            ..Default::default()
+        });
+        let servers = [ApiServerConfig {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            ..Default::default()
+        }];
+        let llm = LlmClient::new(&servers, 1, RetryPolicy::default()).expect("client");
+        let tools = ToolRegistry::builtin()
+            .resolve(Some(&["file".into()]), None)
+            .expect("file tools")
+            .0;
+        let sandboxes = Arc::new(LocalProvider::new().expect("local provider"));
+        Runtime::builder(config, llm, sandboxes, tools)
+    }
+
+    #[test]
+    fn the_builder_defaults_to_the_run_tools_placeholders_and_tool_pool_size_permits() {
+        let rt = builder(3).build();
+        assert_eq!(rt.tool_permits.available_permits(), 3);
+        assert!(rt.tokens.is_placeholder());
+        assert!(rt.references.is_none());
+        assert!(Arc::ptr_eq(&rt.group_tools(), &rt.tools));
+        assert_eq!(rt.config().tool_pool_size, 3);
+        assert_eq!(builder(0).build().tool_permits.available_permits(), 1);
+    }
+
+    #[test]
+    fn the_builder_keeps_what_it_is_given() {
+        let rt = builder(1)
+            .references(Some(ReferenceBook::default()))
+            .tokens(TokenSource::Retokenized(Arc::new(ChatTokenizer::builtin())))
+            .build();
+        assert!(rt.references.is_some());
+        assert!(matches!(rt.tokens, TokenSource::Retokenized(_)));
     }
 }

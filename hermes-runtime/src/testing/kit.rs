@@ -26,7 +26,6 @@ use anyhow::{bail, Context as _};
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use tokio::sync::Semaphore;
 
 use super::reference::{ReferenceBook, ReferencePolicy};
 use super::server::{Policy, Reply, ScriptedServer};
@@ -35,7 +34,7 @@ use crate::config::cli::{parse, Invocation};
 use crate::config::ServerType;
 use crate::env::{Environment, RewardOutcome};
 use crate::llm::{LlmClient, RetryPolicy, Split};
-use crate::modes::{run_rollout_with, Runtime, TokenSource};
+use crate::modes::{run_rollout_with, Runtime};
 use crate::sandbox::{start_backend, Backend};
 use crate::setup::build_env;
 
@@ -139,16 +138,10 @@ impl<E: Environment> KitBuilder<E> {
         let sandbox = start_backend(&cfg.env, backend, name).await?;
         let (sandboxes, local_root) = (sandbox.provider, sandbox.local_root);
         let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
-        let rt = Runtime {
-            config: shared,
-            llm,
-            sandboxes,
-            tools: Arc::new(tools),
-            distribution,
-            tool_permits: Semaphore::new(cfg.env.tool_pool_size.max(1) as usize),
-            references: references.map(|b| Arc::new(b) as Arc<dyn crate::modes::ReferenceSink>),
-            tokens: TokenSource::Placeholder,
-        };
+        let rt = Runtime::builder(shared, llm, sandboxes, tools)
+            .distribution(distribution)
+            .references(references)
+            .build();
         Ok(Kit {
             env,
             rt,
@@ -196,7 +189,7 @@ impl<E: Environment> Kit<E> {
         &mut self.env
     }
 
-    /// The run's services (config, tools, sandbox backend).
+    /// The run's services (its config and inference client).
     pub fn runtime(&self) -> &Runtime {
         &self.rt
     }
@@ -236,7 +229,7 @@ impl<E: Environment> Kit<E> {
             item: (*item).clone(),
             system_prompt: self
                 .rt
-                .config
+                .config()
                 .system_prompt
                 .clone()
                 .filter(|s| !s.is_empty()),

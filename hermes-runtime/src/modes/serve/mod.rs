@@ -5,42 +5,45 @@
 //! delivered). A stop request lets the running groups finish within the grace period, delivers
 //! or spools what is undelivered, disconnects and finishes W&B.
 //!
-//! Layout: [`policy`] holds the pure Atropos arithmetic, [`outbox`] the delivery (sends,
-//! resends, the spool), this file the loop that ties them to the workers and the trainer.
+//! Layout: [`policy`] holds the pure Atropos arithmetic, `session` the registration with the
+//! trajectory API (status polls, re-registering, disconnecting), `workers` the pool of rollout
+//! workers, `outbox` the delivery (sends, resends, the spool), `metrics` the step metrics
+//! (W&B or the log), and this file the loop that ties them together.
 
+mod metrics;
 mod outbox;
 pub mod policy;
+mod session;
+mod workers;
 
+pub use metrics::LOG_ROLLOUTS_CAPACITY;
 pub use outbox::{Spool, OUTBOX_CAPACITY};
 pub use policy::{
     boundary_crossed, derived_batch_size, should_pause, should_stop, worker_cap, CapInputs,
 };
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::task::{AbortHandle, JoinSet};
 use tracing::{debug, info, warn};
 
 use super::drops::Drops;
 use super::evaluate::run_evaluate;
 use super::failures::{failures_path, FailureLog};
 use super::output::{free_path, JsonlWriter};
-use super::rollout::{collect_group, GroupRun, Runtime, SharedEnv};
-use crate::atropos::api::{ApiInfo, EnvStatus, RegisterEnv, Registration, TrajectoryApi};
-use crate::config::EvalHandling;
-use crate::env::{Environment, FailureCounts, Metrics, ScoredRollout};
+use super::rollout::{FailedItem, Runtime, SharedEnv};
+use crate::atropos::api::{EnvStatus, TrajectoryApi};
+use crate::atropos::ScoredDataGroup;
+use crate::config::{EvalHandling, HermesEnvConfig};
+use crate::env::{Environment, FailureCounts};
 use crate::llm::RetryPolicy;
 use crate::shutdown::{grace, Shutdown};
-use crate::wandb::{
-    run_name, server_metrics, LogContext, Logger, Perf, RunSpec, TrainMetrics, WandbSettings,
-};
+use metrics::StepLog;
 use outbox::Outbox;
-
-/// Rollouts kept for the next `wandb_log` hook call (the newest; token state stripped).
-pub const LOG_ROLLOUTS_CAPACITY: usize = 1024;
+use session::Session;
+use workers::{Done, Joined, Workers};
 
 /// Knobs of the serve loop that are not environment config.
 #[derive(Debug, Clone)]
@@ -113,59 +116,44 @@ pub struct ServeSummary {
     pub final_step: i64,
 }
 
-/// Writes one step's metrics to the log when no wandb run is active.
-fn log_step_metrics(metrics: &Metrics, step: i64) {
-    let line: Vec<String> = metrics.iter().map(|(k, v)| format!("{k}={v:.4}")).collect();
-    info!("step {step}: {}", line.join(" "));
-}
-
-struct Worker<I> {
-    id: u64,
-    item: I,
-    started: Instant,
-    abort: AbortHandle,
-}
-
+/// The serve loop's state.
 struct Loop<E: Environment> {
+    /// The environment, shared with the workers and the evaluation task.
     env: Arc<SharedEnv<E>>,
+    /// The rollouts' services.
     rt: Arc<Runtime>,
-    api: TrajectoryApi,
+    /// The registration with the trajectory API.
+    session: Session,
+    /// Knobs that are not environment config.
     opts: ServeOptions,
-    register: RegisterEnv,
-    registration: Registration,
-    total_steps: i64,
-    batch_size: i64,
-    length_limit: i64,
+    /// The last `/status-env` answer (none right after (re-)registering).
     status: Option<EnvStatus>,
+    /// The trainer step last seen.
     curr_step: i64,
-    joins: JoinSet<(u64, GroupRun<E::Item>)>,
-    running: Vec<Worker<E::Item>>,
-    backlog: Vec<E::Item>,
-    next_id: u64,
+    /// The rollout workers.
+    workers: Workers<E>,
+    /// Finished groups on their way to the API.
     outbox: Outbox,
+    /// Where undelivered groups go at exit.
     spool: Spool,
+    /// The run's stop request.
     shutdown: Shutdown,
+    /// Items that produced no group (`<name>.failures.jsonl`), with the groups file.
     failures: Option<FailureLog>,
+    /// Dropped groups per reason, announced at most every 30 s.
     drops: Drops,
+    /// The evaluation running, if any.
     eval: Option<tokio::task::JoinHandle<anyhow::Result<crate::modes::EvalSummary>>>,
-    pending_eval_metrics: Metrics,
-    rollouts_since_log: VecDeque<ScoredRollout<E::Item>>,
-    rewards_since_log: (f64, usize),
+    /// The step metrics (W&B or the log).
+    log: StepLog<E::Item>,
+    /// Groups sent since the last metrics log (`min_items_sent_before_logging`).
     items_sent_this_step: i64,
+    /// True while the trainer's off-policy queue is full.
     paused: bool,
+    /// `--env.data_path_to_save_groups`: every sent group, also as JSONL.
     sink: Option<JsonlWriter>,
-    wandb: Option<(Logger, TrainMetrics<E::Item>)>,
+    /// What the run did.
     summary: ServeSummary,
-}
-
-/// What registering with the trajectory API established.
-struct Session {
-    api: TrajectoryApi,
-    register: RegisterEnv,
-    registration: Registration,
-    total_steps: i64,
-    batch_size: i64,
-    length_limit: i64,
 }
 
 /// The `serve` mode of a run: the loop against the trajectory API, then the summary.
@@ -198,54 +186,82 @@ pub async fn run_serve<E: Environment>(
     opts: ServeOptions,
     shutdown: &Shutdown,
 ) -> anyhow::Result<ServeSummary> {
-    let config = Arc::clone(&rt.config);
+    let config = Arc::clone(rt.config());
     let api = TrajectoryApi::new(&config.rollout_server_url, opts.retry, opts.register_poll)?;
-    let register = RegisterEnv {
-        max_token_length: config.max_token_length,
-        desired_name: config
-            .wandb_name
-            .clone()
-            .unwrap_or_else(|| opts.env_name.clone()),
-        weight: config.inference_weight,
-        min_batch_allocation: config.min_batch_allocation,
-        group_size: config.group_size,
-    };
+    let register = session::register_request(&config, &opts.env_name);
     let (wandb, session) = shutdown
         .unless_requested(async {
             let wandb = match config.use_wandb {
-                true => start_wandb(&api, &register.desired_name, &opts, &config).await?,
+                true => metrics::start_wandb(&api, &register.desired_name, &opts, &config).await?,
                 false => None,
             };
-            anyhow::Ok((wandb, connect(api, register, &config).await?))
+            anyhow::Ok((wandb, Session::connect(api, register, &config).await?))
         })
         .await??;
-    let sink = match &config.data_path_to_save_groups {
-        Some(p) => {
-            let path = free_path(p.as_ref()).with_context(|| format!("cannot create {p}"))?;
-            info!("also writing groups to {}", path.display());
-            Some(
-                JsonlWriter::create(&path)
-                    .with_context(|| format!("cannot write {}", path.display()))?,
-            )
-        }
-        None => None,
-    };
+    let sink = open_sink(&config)?;
     let failures = sink
         .as_ref()
         .map(|s| FailureLog::new(failures_path(s.path())));
     let spool = Spool::new(
         config.outbox_spool_dir.as_deref(),
-        &session.register.desired_name,
+        session.desired_name(),
         config.outbox_spool_max_mb,
     );
-    let mut outbox = Outbox::default();
     let mut summary = ServeSummary::default();
+    let outbox = resume_spooled(&spool, session.desired_name(), &mut summary);
+    if shutdown
+        .unless_requested(tokio::time::sleep(opts.startup_delay))
+        .await
+        .is_err()
+    {
+        info!("stop requested before the first rollout");
+    }
+    let env = Arc::new(SharedEnv(tokio::sync::RwLock::new(env)));
+    let state = Loop {
+        workers: Workers::new(Arc::clone(&env), Arc::clone(&rt)),
+        env,
+        rt,
+        curr_step: session.registration().starting_step,
+        session,
+        opts,
+        status: None,
+        outbox,
+        spool,
+        shutdown: shutdown.clone(),
+        failures,
+        drops: Drops::default(),
+        eval: None,
+        log: StepLog::new(wandb),
+        items_sent_this_step: 0,
+        paused: false,
+        sink,
+        summary,
+    };
+    state.run().await
+}
+
+/// `--env.data_path_to_save_groups`: the JSONL file the sent groups also go to (a free name
+/// next to the one given).
+fn open_sink(config: &HermesEnvConfig) -> anyhow::Result<Option<JsonlWriter>> {
+    let Some(p) = &config.data_path_to_save_groups else {
+        return Ok(None);
+    };
+    let path = free_path(p.as_ref()).with_context(|| format!("cannot create {p}"))?;
+    info!("also writing groups to {}", path.display());
+    let sink =
+        JsonlWriter::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Some(sink))
+}
+
+/// An outbox holding the groups an earlier run of env `name` spooled (sent first).
+fn resume_spooled(spool: &Spool, name: &str, summary: &mut ServeSummary) -> Outbox {
+    let mut outbox = Outbox::default();
     match spool.take() {
         Ok(groups) if !groups.is_empty() => {
             info!(
                 "resending {} groups an earlier run of '{}' could not deliver (spooled in {})",
                 groups.len(),
-                session.register.desired_name,
+                name,
                 spool.dir().display()
             );
             summary.groups_unspooled = groups.len();
@@ -257,154 +273,19 @@ pub async fn run_serve<E: Environment>(
             spool.dir().display()
         ),
     }
-    if shutdown
-        .unless_requested(tokio::time::sleep(opts.startup_delay))
-        .await
-        .is_err()
-    {
-        info!("stop requested before the first rollout");
-    }
-    let state = Loop {
-        env: Arc::new(SharedEnv(tokio::sync::RwLock::new(env))),
-        rt,
-        api: session.api,
-        opts,
-        register: session.register,
-        curr_step: session.registration.starting_step,
-        registration: session.registration,
-        total_steps: session.total_steps,
-        batch_size: session.batch_size,
-        length_limit: session.length_limit,
-        status: None,
-        joins: JoinSet::new(),
-        running: Vec::new(),
-        backlog: Vec::new(),
-        next_id: 0,
-        outbox,
-        spool,
-        shutdown: shutdown.clone(),
-        failures,
-        drops: Drops::default(),
-        eval: None,
-        pending_eval_metrics: Metrics::new(),
-        rollouts_since_log: VecDeque::new(),
-        rewards_since_log: (0.0, 0),
-        items_sent_this_step: 0,
-        paused: false,
-        sink,
-        wandb,
-        summary,
-    };
-    state.run().await
-}
-
-/// Starts the W&B run in the trainer's project, waiting until the trainer has registered
-/// (it names the project); `None` when W&B cannot start (logging never stops rollouts).
-async fn start_wandb<I>(
-    api: &TrajectoryApi,
-    desired_name: &str,
-    opts: &ServeOptions,
-    config: &crate::config::HermesEnvConfig,
-) -> anyhow::Result<Option<(Logger, TrainMetrics<I>)>> {
-    let mut announced = false;
-    let info = loop {
-        let info = api.wandb_info().await.context("GET /wandb_info failed")?;
-        if info.project.is_some() {
-            break info;
-        }
-        if !announced {
-            info!("waiting for the trainer to register (it names the wandb project)");
-            announced = true;
-        }
-        tokio::time::sleep(opts.register_poll).await;
-    };
-    info!(
-        "trainer logs to wandb project {} (group {})",
-        info.project.as_deref().unwrap_or_default(),
-        info.group.as_deref().unwrap_or("-")
-    );
-    let spec = RunSpec {
-        display_name: Some(run_name(desired_name)),
-        project: info.project,
-        group: info.group,
-        config: opts.wandb_config.clone().unwrap_or_default(),
-    };
-    match WandbSettings::from_env().and_then(|settings| Logger::start(&settings, spec)) {
-        Ok(Some(logger)) => Ok(Some((logger, TrainMetrics::new(config)))),
-        Ok(None) => Ok(None),
-        Err(e) => {
-            warn!("wandb: {e}; continuing without wandb logging");
-            Ok(None)
-        }
-    }
-}
-
-/// Registers (waiting for the trainer) and reads the trainer's limits.
-async fn connect(
-    api: TrajectoryApi,
-    register: RegisterEnv,
-    config: &crate::config::HermesEnvConfig,
-) -> anyhow::Result<Session> {
-    info!(
-        "registering '{}' with the trajectory API at {}",
-        register.desired_name,
-        api.base_url()
-    );
-    let registration = api
-        .register_env(&register)
-        .await
-        .context("POST /register-env failed")?;
-    info!(
-        "registered as env_id {} ({}), trainer at step {}",
-        registration.env_id, registration.wandb_name, registration.starting_step
-    );
-    let total_steps = if config.total_steps == -1 {
-        anyhow::ensure!(
-            registration.num_steps != -1,
-            "total steps are set neither in the config (--env.total_steps) nor by the trainer"
-        );
-        registration.num_steps
-    } else {
-        config.total_steps
-    };
-    let info = api.info().await.context("GET /info failed")?;
-    let (batch_size, length_limit) = apply_info(&info, config.batch_size);
-    anyhow::ensure!(
-        batch_size == -1 || config.group_size <= batch_size,
-        "group_size ({}) must be less than the trainer's batch_size ({batch_size})",
-        config.group_size
-    );
-    if length_limit <= 0 {
-        warn!("the trainer set no token limit (/info max_token_len = -1): long sequences are not filtered");
-    }
-    Ok(Session {
-        api,
-        register,
-        registration,
-        total_steps,
-        batch_size,
-        length_limit,
-    })
-}
-
-/// The batch size (from `/info` unless -1) and the length limit (-1 = none).
-fn apply_info(info: &ApiInfo, configured_batch_size: i64) -> (i64, i64) {
-    let batch = if info.batch_size != -1 {
-        info.batch_size
-    } else {
-        configured_batch_size
-    };
-    (batch, info.max_token_len)
+    outbox
 }
 
 impl<E: Environment> Loop<E> {
+    /// Until a stop (total steps, a stop request): finished workers, finished sends and the
+    /// ticks, then the shutdown.
     async fn run(mut self) -> anyhow::Result<ServeSummary> {
         let mut ticker = tokio::time::interval(self.opts.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = self.shutdown.clone();
         loop {
             tokio::select! {
-                Some(done) = self.joins.join_next(), if !self.joins.is_empty() => {
+                Some(done) = self.workers.join_next(), if self.workers.has_tasks() => {
                     self.finished(done);
                 }
                 true = self.outbox.next_sent(&mut self.summary), if self.outbox.sending() => {}
@@ -431,12 +312,12 @@ impl<E: Environment> Loop<E> {
     /// One main-loop tick; `true` = stop.
     async fn tick(&mut self) -> anyhow::Result<bool> {
         if self.outbox.has_queued() {
-            let env_id = self.registration.env_id;
+            let env_id = self.session.env_id();
             self.outbox
-                .flush(&self.api, env_id, &mut self.summary)
+                .flush(self.session.api(), env_id, &mut self.summary)
                 .await;
         }
-        let status = match self.api.status_env(self.registration.env_id).await {
+        let status = match self.session.status().await {
             Ok(s) => s,
             Err(e) => {
                 warn!("GET /status-env failed: {e}; re-registering with the trajectory API");
@@ -446,155 +327,85 @@ impl<E: Environment> Loop<E> {
         };
         // The server's share of the inference fleet scales this env's request limits; the
         // chat client, /generate and the judge share one pool, so one call covers all three.
-        self.rt.llm.pool().set_weight(status.env_weight);
+        self.rt.llm().pool().set_weight(status.env_weight);
         self.status = Some(status);
         self.poll_eval().await;
         if self.curr_step != status.current_step {
             self.step_changed(status.current_step);
         }
-        let config = Arc::clone(&self.rt.config);
-        if should_stop(
-            &status,
-            config.group_size,
-            self.batch_size,
-            self.total_steps,
-        ) {
+        let config = Arc::clone(self.rt.config());
+        let (batch_size, total_steps) = (self.session.batch_size(), self.session.total_steps());
+        if should_stop(&status, config.group_size, batch_size, total_steps) {
             info!(
                 "trainer at step {} with {} of our groups queued: total_steps {} reached; stopping",
-                status.current_step, status.queue_size, self.total_steps
+                status.current_step, status.queue_size, total_steps
             );
             self.summary.final_step = status.current_step;
             return Ok(true);
         }
+        self.pace(&status).await;
+        self.summary.workers_timed_out += self.workers.expire();
+        Ok(false)
+    }
+
+    /// Pauses every worker while the trainer's off-policy queue is full; otherwise keeps the
+    /// workers at the cap.
+    async fn pace(&mut self, status: &EnvStatus) {
+        let config = Arc::clone(self.rt.config());
+        let batch_size = self.session.batch_size();
         if should_pause(
-            &status,
+            status,
             config.group_size,
-            self.batch_size,
+            batch_size,
             config.max_batches_offpolicy,
             config.min_batch_allocation,
         ) {
             if !self.paused {
                 info!(
                     "off-policy queue full ({} groups queued, {} batches of {}): pausing",
-                    status.queue_size, config.max_batches_offpolicy, self.batch_size
+                    status.queue_size, config.max_batches_offpolicy, batch_size
                 );
                 self.paused = true;
                 self.summary.pauses += 1;
             }
-            self.cancel_all_to_backlog();
+            self.workers.cancel_all_to_backlog();
         } else {
             if self.paused {
                 info!("queue drained to {} groups: resuming", status.queue_size);
                 self.paused = false;
             }
-            self.adjust_workers().await;
+            let cap = worker_cap(&self.cap_inputs()).max(0) as usize;
+            self.workers.fill_to(cap).await;
         }
-        self.enforce_timeout();
-        Ok(false)
     }
 
+    /// What [`worker_cap`] needs, from the config, the session and the last status.
     fn cap_inputs(&self) -> CapInputs<'_> {
-        let c = &self.rt.config;
+        let c = self.rt.config();
         CapInputs {
-            max_num_workers: c.effective_workers(self.rt.llm.server_count()) as i64,
+            max_num_workers: c.effective_workers(self.rt.llm().server_count()) as i64,
             eval_running: self.eval.is_some(),
             eval_handling: c.eval_handling,
             eval_limit_ratio: c.eval_limit_ratio,
             max_batches_offpolicy: c.max_batches_offpolicy,
-            batch_size: self.batch_size,
+            batch_size: self.session.batch_size(),
             group_size: c.group_size,
             min_batch_allocation: c.min_batch_allocation,
             status: self.status.as_ref(),
         }
     }
 
-    async fn adjust_workers(&mut self) {
-        let cap = worker_cap(&self.cap_inputs()).max(0) as usize;
-        while self.running.len() > cap {
-            let w = self.running.remove(0);
-            w.abort.abort();
-            self.backlog.push(w.item);
-        }
-        while self.running.len() < cap {
-            let item = match self.backlog.pop() {
-                Some(i) => i,
-                None => match self.env.0.write().await.get_next_item().await {
-                    Some(i) => i,
-                    None => break,
-                },
-            };
-            self.spawn(item);
-        }
-    }
-
-    fn spawn(&mut self, item: E::Item) {
-        let id = self.next_id;
-        self.next_id += 1;
-        let env = Arc::clone(&self.env);
-        let rt = Arc::clone(&self.rt);
-        let task_item = item.clone();
-        let abort = self.joins.spawn(async move {
-            let out = collect_group(&*env, &rt, task_item).await;
-            (id, out)
-        });
-        self.running.push(Worker {
-            id,
-            item,
-            started: Instant::now(),
-            abort,
-        });
-    }
-
-    fn cancel_all_to_backlog(&mut self) {
-        for w in self.running.drain(..) {
-            w.abort.abort();
-            self.backlog.push(w.item);
-        }
-    }
-
-    fn enforce_timeout(&mut self) {
-        let limit = self.rt.config.worker_timeout;
-        if limit <= 0.0 {
-            return;
-        }
-        let limit = Duration::from_secs_f64(limit);
-        let (expired, kept): (Vec<_>, Vec<_>) = self
-            .running
-            .drain(..)
-            .partition(|w| w.started.elapsed() > limit);
-        self.running = kept;
-        for w in expired {
-            warn!(
-                "worker {} exceeded worker_timeout ({limit:?}); its item is dropped",
-                w.id
-            );
-            w.abort.abort();
-            self.summary.workers_timed_out += 1;
-        }
-    }
-
-    fn finished(&mut self, done: Result<(u64, GroupRun<E::Item>), tokio::task::JoinError>) {
-        let (id, run) = match done {
-            Ok(v) => v,
-            Err(e) if e.is_cancelled() => return,
-            Err(e) => {
-                let id = e.id();
-                warn!("a worker failed: {e}; its item is lost");
-                self.running.retain(|w| w.abort.id() != id);
+    /// A worker's task ended: its group is counted, recorded and sent, or dropped, or its
+    /// item failed.
+    fn finished(&mut self, done: Joined<E::Item>) {
+        let (run, took) = match self.workers.complete(done) {
+            Done::Group { run, took } => (*run, took),
+            Done::Lost => {
                 self.summary.groups_lost += 1;
                 return;
             }
+            Done::Discarded => return,
         };
-        let Some(took) = self
-            .running
-            .iter()
-            .find(|w| w.id == id)
-            .map(|w| w.started.elapsed())
-        else {
-            // Cancelled (paused, timed out) after it had already finished: discard.
-            return;
-        };
-        self.running.retain(|w| w.id != id);
         self.summary.rollout_failures.merge(&run.failures);
         let group = match run.result {
             Ok(group) => group,
@@ -603,46 +414,25 @@ impl<E: Environment> Loop<E> {
                 return;
             }
         };
-        let c = Arc::clone(&self.rt.config);
+        let c = Arc::clone(self.rt.config());
         let dropped = group.drop_reason(
             c.group_size.max(1) as usize,
             c.ensure_scores_are_not_same,
-            Some(self.length_limit),
+            Some(self.session.length_limit()),
         );
-        if let Some((_, metrics)) = &mut self.wandb {
-            let secs = took.as_secs_f64();
-            metrics.record_perf(Perf::TaskDuration, secs);
-            metrics.record_failures(&run.failures);
-            match dropped {
-                None => {
-                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
-                    metrics.record_group(&group);
-                }
-                Some(reason) => {
-                    metrics.record_perf(Perf::FailedTaskDuration, secs);
-                    metrics.record_drop(reason);
-                }
-            }
-        }
-        for r in run.rollouts {
-            self.rewards_since_log.0 += r.reward;
-            self.rewards_since_log.1 += 1;
-            if let Some((_, metrics)) = &mut self.wandb {
-                metrics.record_rollouts(vec![r]);
-                continue;
-            }
-            if self.rollouts_since_log.len() == LOG_ROLLOUTS_CAPACITY {
-                self.rollouts_since_log.pop_front();
-            }
-            self.rollouts_since_log.push_back(r);
-        }
+        self.log.record_group(&group, &run.failures, took, dropped);
+        self.log.keep_rollouts(run.rollouts);
         if let Some(reason) = dropped {
             debug!("group dropped: {reason}");
             self.drops.record(reason);
             self.summary.groups_dropped += 1;
             return;
         }
-        let mut group = group;
+        self.send(group);
+    }
+
+    /// Writes a kept group to the JSONL sink and hands it to the outbox.
+    fn send(&mut self, mut group: ScoredDataGroup) {
         group.fill_absent_nulls();
         if let Some(sink) = &mut self.sink {
             if let Err(e) = sink.write(&group) {
@@ -653,19 +443,17 @@ impl<E: Environment> Loop<E> {
         // Serialising, gzipping and posting run off the loop, concurrently, and are not
         // cancelled by a pause.
         self.outbox
-            .submit(&self.api, self.registration.env_id, group);
+            .submit(self.session.api(), self.session.env_id(), group);
     }
 
     /// An item whose rollouts kept failing: counted, recorded, never sent.
-    fn item_failed(&mut self, failed: &super::rollout::FailedItem<E::Item>, took: Duration) {
+    fn item_failed(&mut self, failed: &FailedItem<E::Item>, took: Duration) {
         let kind = failed
             .outcome
             .failure()
             .unwrap_or(crate::env::FailureKind::Verifier);
         self.summary.items_failed.add(kind);
-        if let Some((_, metrics)) = &mut self.wandb {
-            metrics.record_perf(Perf::FailedTaskDuration, took.as_secs_f64());
-        }
+        self.log.record_failed_item(took);
         let message = failed.outcome.failure_message().unwrap_or_default();
         match &mut self.failures {
             Some(log) => {
@@ -690,57 +478,24 @@ impl<E: Environment> Loop<E> {
     /// Registers again (after an API restart), retrying until the server answers; then
     /// resends the groups that could not be delivered.
     async fn reregister(&mut self) {
-        // Best effort: if the API only hiccuped, the old id would otherwise stay registered
-        // as a ghost (its minimum allocation counted twice).
-        if let Ok(Ok(_)) = tokio::time::timeout(
-            Duration::from_secs(5),
-            self.api.disconnect_env(self.registration.env_id),
-        )
-        .await
-        {
-            info!("disconnected the old env_id {}", self.registration.env_id);
-        }
-        let mut attempt = 1u32;
-        let registration = loop {
-            match self.api.register_env(&self.register).await {
-                Ok(r) => break r,
-                Err(e) => {
-                    let wait = Duration::from_secs(1 << attempt.min(3)).min(self.opts.retry.cap);
-                    warn!("re-registration failed: {e}; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
-                }
-            }
-        };
-        info!(
-            "re-registered as env_id {} ({}), trainer at step {}; {} undelivered groups to resend",
-            registration.env_id,
-            registration.wandb_name,
-            registration.starting_step,
-            self.outbox.queued()
-        );
+        let config = Arc::clone(self.rt.config());
+        self.session
+            .reregister(&config, self.opts.retry.cap, self.outbox.queued())
+            .await;
         self.summary.reregistrations += 1;
-        if self.rt.config.total_steps == -1 && registration.num_steps != -1 {
-            self.total_steps = registration.num_steps;
-        }
-        self.curr_step = registration.starting_step;
-        self.registration = registration;
+        self.curr_step = self.session.registration().starting_step;
         self.status = None;
-        match self.api.info().await {
-            Ok(info) => {
-                (self.batch_size, self.length_limit) = apply_info(&info, self.rt.config.batch_size)
-            }
-            Err(e) => warn!("GET /info after re-registering failed: {e}"),
-        }
         self.outbox.reset_failure();
-        let env_id = self.registration.env_id;
+        let env_id = self.session.env_id();
         self.outbox
-            .flush(&self.api, env_id, &mut self.summary)
+            .flush(self.session.api(), env_id, &mut self.summary)
             .await;
     }
 
+    /// The trainer moved to step `current`: an evaluation when one is due, and the step's
+    /// metrics once enough groups were sent.
     fn step_changed(&mut self, current: i64) {
-        let c = Arc::clone(&self.rt.config);
+        let c = Arc::clone(self.rt.config());
         if boundary_crossed(self.curr_step, current, c.steps_per_eval) {
             if self.eval.is_some() {
                 warn!("step {current}: evaluation due but the previous one is still running");
@@ -748,13 +503,9 @@ impl<E: Environment> Loop<E> {
                 self.start_eval(current);
             }
         }
-        if boundary_crossed(
-            self.curr_step,
-            current,
-            self.registration.checkpoint_interval,
-        ) {
-            let step = current.div_euclid(self.registration.checkpoint_interval)
-                * self.registration.checkpoint_interval;
+        let checkpoints = self.session.registration().checkpoint_interval;
+        if boundary_crossed(self.curr_step, current, checkpoints) {
+            let step = current.div_euclid(checkpoints) * checkpoints;
             debug!("checkpoint step {step}: the environment keeps no checkpoint data");
         }
         self.curr_step = current;
@@ -764,10 +515,11 @@ impl<E: Environment> Loop<E> {
         }
     }
 
+    /// Starts an evaluation in its own task (`stop_train` pauses the workers first).
     fn start_eval(&mut self, step: i64) {
         info!("step {step}: starting evaluation");
-        if self.rt.config.eval_handling == EvalHandling::StopTrain {
-            self.cancel_all_to_backlog();
+        if self.rt.config().eval_handling == EvalHandling::StopTrain {
+            self.workers.cancel_all_to_backlog();
         }
         let env = Arc::clone(&self.env);
         let rt = Arc::clone(&self.rt);
@@ -779,6 +531,7 @@ impl<E: Environment> Loop<E> {
         }));
     }
 
+    /// Collects a finished evaluation's metrics for the next log.
     async fn poll_eval(&mut self) {
         if !self.eval.as_ref().is_some_and(|h| h.is_finished()) {
             return;
@@ -788,46 +541,18 @@ impl<E: Environment> Loop<E> {
         match handle.await {
             Ok(Ok(s)) => {
                 info!("evaluation finished: {:?}", s.metrics);
-                self.pending_eval_metrics.extend(s.metrics);
+                self.log.add_eval(s.metrics);
             }
             Ok(Err(e)) => warn!("evaluation failed: {e:#}"),
             Err(e) => warn!("evaluation task failed: {e}"),
         }
     }
 
+    /// Logs the step's metrics (W&B, else the log).
     fn log_metrics(&mut self) {
-        if let Some((logger, metrics)) = &mut self.wandb {
-            metrics.stash(&std::mem::take(&mut self.pending_eval_metrics));
-            let Ok(env) = self.env.0.try_read() else {
-                return;
-            };
-            let context = LogContext {
-                prefix: Some(&self.registration.wandb_name),
-                length_limit: self.length_limit,
-                server_metrics: server_metrics(&self.rt.take_request_stats()),
-            };
-            logger.log(self.curr_step, metrics.take(&*env, &context));
-            return;
-        }
-        let mut metrics = std::mem::take(&mut self.pending_eval_metrics);
-        let rollouts: Vec<_> = std::mem::take(&mut self.rollouts_since_log).into();
-        let (sum, count) = std::mem::take(&mut self.rewards_since_log);
-        if count > 0 {
-            metrics.insert("train/mean_reward".into(), sum / count as f64);
-        }
-        metrics.insert(
-            "train/items_sent_to_api".into(),
-            self.summary.groups_sent as f64,
-        );
-        if let Ok(env) = self.env.0.try_read() {
-            env.wandb_log(&rollouts, &mut metrics);
-        }
-        let prefix = &self.registration.wandb_name;
-        let prefixed: Metrics = metrics
-            .into_iter()
-            .map(|(k, v)| (format!("{prefix}_{k}"), v))
-            .collect();
-        log_step_metrics(&prefixed, self.curr_step);
+        let sent = self.summary.groups_sent;
+        self.log
+            .log(&self.env, &self.rt, &self.session, self.curr_step, sent);
     }
 
     /// Ends the run: on a stop request the running groups first get the grace period to
@@ -837,11 +562,7 @@ impl<E: Environment> Loop<E> {
         if self.summary.interrupted {
             self.finish_running().await;
         }
-        for w in self.running.drain(..) {
-            w.abort.abort();
-        }
-        self.joins.abort_all();
-        while self.joins.join_next().await.is_some() {}
+        self.workers.abort_all().await;
         if let Some(eval) = self.eval.take() {
             eval.abort();
             let _ = eval.await;
@@ -852,38 +573,28 @@ impl<E: Environment> Loop<E> {
         if self.summary.final_step == 0 {
             self.summary.final_step = self.curr_step;
         }
-        // Upstream never disconnects; doing so stops the server from counting this
-        // environment's minimum batch allocation after it is gone.
-        let disconnect = self.api.disconnect_env(self.registration.env_id);
-        match tokio::time::timeout(Duration::from_secs(10), disconnect).await {
-            Ok(Ok(v)) => info!("disconnected from the trajectory API: {v}"),
-            Ok(Err(e)) => warn!("POST /disconnect-env failed: {e}"),
-            Err(_) => warn!("POST /disconnect-env did not answer within 10 s"),
-        }
-        if let Some((logger, _)) = self.wandb.take() {
-            let report = logger.finish(0).await;
-            info!("wandb: {}", report.describe(&self.opts.env_name));
-        }
+        self.session.disconnect().await;
+        self.log.finish(&self.opts.env_name).await;
     }
 
     /// After a stop request: takes no new items and lets the running groups finish until
     /// the grace period (counted from the request) runs out.
     async fn finish_running(&mut self) {
-        let grace = grace(self.rt.config.shutdown_grace);
-        if !self.running.is_empty() {
+        let grace = grace(self.rt.config().shutdown_grace);
+        if self.workers.running() > 0 {
             info!(
                 "waiting up to {grace:?} for {} running groups (--env.shutdown_grace)",
-                self.running.len()
+                self.workers.running()
             );
         }
         let shutdown = self.shutdown.clone();
-        while !self.running.is_empty() {
+        while self.workers.running() > 0 {
             tokio::select! {
-                Some(done) = self.joins.join_next() => self.finished(done),
+                Some(done) = self.workers.join_next() => self.finished(done),
                 () = shutdown.cancelled(grace) => {
                     warn!(
                         "{} groups still running cancelled by {}",
-                        self.running.len(),
+                        self.workers.running(),
                         shutdown.cancel_reason(grace)
                     );
                     break;
@@ -895,16 +606,16 @@ impl<E: Environment> Loop<E> {
     /// Waits for the sends in flight and resends the outbox, for at most the rest of the
     /// grace period (at least 5 s, none after a second stop request); spools what is left.
     async fn deliver_or_spool(&mut self) {
-        let grace = grace(self.rt.config.shutdown_grace);
+        let grace = grace(self.rt.config().shutdown_grace);
         let shutdown = self.shutdown.clone();
         let deadline = tokio::time::sleep(Duration::from_secs(5));
         let interrupted = self.summary.interrupted;
         let delivery = async {
             while self.outbox.next_sent(&mut self.summary).await {}
-            let env_id = self.registration.env_id;
+            let env_id = self.session.env_id();
             if self.outbox.has_queued() {
                 self.outbox
-                    .flush(&self.api, env_id, &mut self.summary)
+                    .flush(self.session.api(), env_id, &mut self.summary)
                     .await;
             }
         };
