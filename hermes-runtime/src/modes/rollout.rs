@@ -21,7 +21,7 @@ use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, S
 use crate::llm::managed::{NodeList, MASKED};
 use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split, ToolSchema};
 use crate::sandbox::tripwire::{self, Armed};
-use crate::sandbox::{SandboxProvider, TaskSandbox};
+use crate::sandbox::{SandboxProvider, SandboxSpec, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
 
@@ -281,62 +281,13 @@ async fn run_attempt<A: EnvAccess>(
     let task_id = uuid::Uuid::new_v4().to_string();
     let span = info_span!("rollout", task_id = %task_id);
     async {
-        let (prompt, solution, spec) = {
-            let env = env.read().await;
-            (
-                env.format_prompt(item),
-                env.reference_solution(item),
-                env.sandbox_spec(item),
-            )
-        };
-        if let (Some(sink), Some(solution)) = (&rt.references, solution) {
-            sink.offer(&prompt, solution);
-        }
-        let mut messages = Vec::new();
-        if let Some(system) = rt.config.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            messages.push(Message::system(system));
-        }
-        messages.push(Message::user(prompt));
+        let (messages, spec) = first_messages(env, rt, item).await;
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
-        let settings = rt.agent_settings(split);
-        let prompt_messages = messages.clone();
         let armed = Armed::now();
-        let agent_run = async {
-            match &rt.tokens {
-                TokenSource::Managed(phase2) => {
-                    let session = ManagedSession::new(phase2);
-                    let agent = AgentLoop {
-                        llm: &session,
-                        tools,
-                        sandbox: &sandbox,
-                        tool_permits: &rt.tool_permits,
-                        settings: &settings,
-                    };
-                    let run = agent.run(messages).await;
-                    (run, Some(session.nodes()))
-                }
-                _ => {
-                    let agent = AgentLoop {
-                        llm: &rt.llm,
-                        tools,
-                        sandbox: &sandbox,
-                        tool_permits: &rt.tool_permits,
-                        settings: &settings,
-                    };
-                    (agent.run(messages).await, None)
-                }
-            }
-        };
+        let agent_run = run_agent(rt, split, tools, &sandbox, messages.clone());
         let limit = rt.config.rollout_timeout;
-        let finished = if limit > 0.0 {
-            tokio::time::timeout(Duration::from_secs_f64(limit), agent_run)
-                .await
-                .ok()
-        } else {
-            Some(agent_run.await)
-        };
-        let (run, nodes, reward, outcome) = match finished {
+        let (run, nodes, reward, outcome) = match within_rollout_timeout(limit, agent_run).await {
             Some((run, nodes)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
@@ -347,23 +298,14 @@ async fn run_attempt<A: EnvAccess>(
             None => {
                 warn!("rollout stopped after rollout_timeout = {limit} s; scored 0.0");
                 let run = AgentResult {
-                    messages: prompt_messages,
+                    messages,
                     llm_error: Some(format!("rollout timed out after {limit} s")),
                     ..Default::default()
                 };
                 (run, None, 0.0, RewardOutcome::Timeout { seconds: limit })
             }
         };
-        if sandbox.is_created() && sandbox.has_tool_state() {
-            if let Ok(created) = sandbox.get().await {
-                if let Err(e) = crate::tools::cleanup_processes(created.as_ref()).await {
-                    warn!("tool state cleanup failed: {e}");
-                }
-            }
-        }
-        if let Err(e) = sandbox.close().await {
-            warn!("sandbox teardown failed: {e}");
-        }
+        release(&sandbox).await;
         Attempt {
             rollout: ScoredRollout {
                 item: Arc::clone(item),
@@ -377,6 +319,94 @@ async fn run_attempt<A: EnvAccess>(
     }
     .instrument(span)
     .await
+}
+
+/// The rollout's opening messages (system prompt, then the item's prompt) and its sandbox
+/// spec; the item's reference solution goes to the run's reference sink on the way.
+async fn first_messages<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+) -> (Vec<Message>, SandboxSpec) {
+    let (prompt, solution, spec) = {
+        let env = env.read().await;
+        (
+            env.format_prompt(item),
+            env.reference_solution(item),
+            env.sandbox_spec(item),
+        )
+    };
+    if let (Some(sink), Some(solution)) = (&rt.references, solution) {
+        sink.offer(&prompt, solution);
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = rt.config.system_prompt.as_deref().filter(|s| !s.is_empty()) {
+        messages.push(Message::system(system));
+    }
+    messages.push(Message::user(prompt));
+    (messages, spec)
+}
+
+/// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
+/// or the chat client.
+async fn run_agent(
+    rt: &Runtime,
+    split: Split,
+    tools: &Arc<ToolSet>,
+    sandbox: &Arc<TaskSandbox>,
+    messages: Vec<Message>,
+) -> (AgentResult, Option<NodeList>) {
+    let settings = rt.agent_settings(split);
+    match &rt.tokens {
+        TokenSource::Managed(phase2) => {
+            let session = ManagedSession::new(phase2);
+            let agent = AgentLoop {
+                llm: &session,
+                tools,
+                sandbox,
+                tool_permits: &rt.tool_permits,
+                settings: &settings,
+            };
+            let run = agent.run(messages).await;
+            (run, Some(session.nodes()))
+        }
+        _ => {
+            let agent = AgentLoop {
+                llm: &rt.llm,
+                tools,
+                sandbox,
+                tool_permits: &rt.tool_permits,
+                settings: &settings,
+            };
+            (agent.run(messages).await, None)
+        }
+    }
+}
+
+/// `run` bounded by `--env.rollout_timeout` seconds (`None` when it ran out; 0 = no limit).
+async fn within_rollout_timeout<T>(limit: f64, run: impl Future<Output = T>) -> Option<T> {
+    if limit > 0.0 {
+        tokio::time::timeout(Duration::from_secs_f64(limit), run)
+            .await
+            .ok()
+    } else {
+        Some(run.await)
+    }
+}
+
+/// Stops what the tools left running in the sandbox, then tears it down (each failure one
+/// warning: the rollout's result stands).
+async fn release(sandbox: &TaskSandbox) {
+    if sandbox.is_created() && sandbox.has_tool_state() {
+        if let Ok(created) = sandbox.get().await {
+            if let Err(e) = crate::tools::cleanup_processes(created.as_ref()).await {
+                warn!("tool state cleanup failed: {e}");
+            }
+        }
+    }
+    if let Err(e) = sandbox.close().await {
+        warn!("sandbox teardown failed: {e}");
+    }
 }
 
 /// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
