@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-/// A `run-api` process on 127.0.0.1, killed when dropped.
+/// A `run-api` process, killed when dropped.
 pub struct Api {
     child: Child,
     pub url: String,
@@ -37,7 +37,13 @@ pub fn free_port() -> u16 {
 }
 
 impl Api {
+    /// `run-api` on 127.0.0.1.
     pub async fn start(port: u16) -> Api {
+        Self::start_on("127.0.0.1", port).await
+    }
+
+    /// `run-api` bound to `host` (an address of this machine, e.g. a test network's bridge).
+    pub async fn start_on(host: &str, port: u16) -> Api {
         let python = super::atropos_python();
         let run_api = python.parent().expect("venv bin").join("run-api");
         assert!(
@@ -46,13 +52,13 @@ impl Api {
             run_api.display()
         );
         let child = Command::new(&run_api)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--host", host, "--port", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", run_api.display()));
-        let url = format!("http://127.0.0.1:{port}");
+        let url = format!("http://{host}:{port}");
         let http = http();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -160,6 +166,12 @@ pub struct Env {
 
 impl Env {
     pub fn start(api_url: &str, tmp: &Path, extra: &[&str]) -> Env {
+        Self::start_via(&[], api_url, tmp, extra)
+    }
+
+    /// Starts the binary through the command `prefix` (e.g. `ip netns exec NS`), which must
+    /// exec it, so that the child's pid is the environment's.
+    pub fn start_via(prefix: &[String], api_url: &str, tmp: &Path, extra: &[&str]) -> Env {
         let mut args = vec![
             "serve",
             "--testing",
@@ -179,7 +191,16 @@ impl Env {
             builtin_tokenizer_dir(),
         ];
         args.extend_from_slice(extra);
-        let mut child = Command::new(super::example_bin("terminal_test"))
+        let bin = super::example_bin("terminal_test");
+        let mut command = match prefix.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let mut child = command
             .args(&args)
             .current_dir(tmp)
             .env("TMPDIR", tmp)

@@ -4,7 +4,9 @@
 pub mod atropos;
 pub mod docker;
 pub mod dockerd;
+pub mod netns;
 pub mod proxy;
+pub mod sshd;
 
 use std::path::PathBuf;
 use std::sync::Arc;

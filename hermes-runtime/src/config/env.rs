@@ -124,7 +124,7 @@ config_section! {
         terminal_lifetime: i64 = 3600,
         /// Docker image of every sandbox (an environment's sandbox_spec hook may choose another per item).
         docker_image: String = "hermes-env/python:latest".into(),
-        /// Docker daemon address (unix:///path or tcp://host:port); null = DOCKER_HOST or the local socket.
+        /// Docker daemon address (unix:///path, tcp://host:port, tcp://host:port?tls=DIR or ssh://[user@]host[?key=PATH]); null = DOCKER_HOST or the local socket.
         docker_host: Option<String> = None,
         /// Memory limit of each sandbox container in MiB (0 = unlimited).
         container_memory_mb: i64 = 4096,
@@ -193,7 +193,7 @@ config_section! {
         eval_temperature: Option<f64> = None,
         /// Endpoint of the web backend: required for searxng (e.g. http://localhost:8888), optional for tavily (a compatible proxy); null = SEARXNG_URL for searxng, the provider's public API otherwise.
         web_base_url: Option<String> = None,
-        /// Docker daemons sandboxes are spread over, e.g. ["unix:///var/run/docker.sock", "tcp://10.0.0.2:2375", "tcp://10.0.0.3:2376?tls=/certs/b"]; null = the one daemon of docker_host.
+        /// Docker daemons sandboxes are spread over, e.g. ["unix:///var/run/docker.sock", "tcp://10.0.0.2:2375", "tcp://10.0.0.3:2376?tls=/certs/b", "ssh://ci@builder-3"]; null = the one daemon of docker_host.
         docker_hosts: Option<Vec<String>> = None,
         /// Sandboxes alive at once on each of the docker_hosts (0 = the daemon's memory divided by container_memory_mb, at least its CPU count; no limit when container_memory_mb is 0).
         max_containers_per_host: i64 = 0,

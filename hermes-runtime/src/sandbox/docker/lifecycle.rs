@@ -54,15 +54,18 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// A client for this endpoint (no request is made): `unix://` sockets, plain `tcp://`, and
+    /// A client for this endpoint (no request is made): `unix://` sockets, plain `tcp://`,
     /// TLS for `tcp://…?tls=DIR` (that host's `ca.pem`/`cert.pem`/`key.pem`) or, with
     /// `DOCKER_TLS_VERIFY` set, for every `tcp://` host (certificates in `DOCKER_CERT_PATH`,
-    /// else `~/.docker`).
+    /// else `~/.docker`), and `ssh://[user@]host[?key=PATH]` (see `ssh.rs`).
     pub fn client(&self) -> Result<Docker, SandboxError> {
         let version = ClientVersion {
             major_version: self.version.0,
             minor_version: self.version.1,
         };
+        if self.host.starts_with("ssh://") {
+            return super::ssh::client(&self.host, &version);
+        }
         let (address, tls) = split_tls(&self.host);
         let result = if address.starts_with("unix://") {
             Docker::connect_with_unix(address, 120, &version)
@@ -79,8 +82,8 @@ impl Endpoint {
             Docker::connect_with_http(address, 120, &version)
         } else {
             return Err(SandboxError::Daemon(format!(
-                "unsupported Docker host '{}' (use unix://PATH, tcp://HOST:PORT or \
-                 tcp://HOST:PORT?tls=CERT_DIR)",
+                "unsupported Docker host '{}' (use unix://PATH, tcp://HOST:PORT, \
+                 tcp://HOST:PORT?tls=CERT_DIR or ssh://[USER@]HOST)",
                 self.host
             )));
         };

@@ -11,6 +11,7 @@ mod lifecycle;
 mod pool;
 pub mod reaper;
 mod sandbox;
+mod ssh;
 pub mod watchdog;
 
 use std::collections::HashMap;
