@@ -34,7 +34,10 @@ pub fn run(installed: &Installed, server: &mut ServerProcess) -> anyhow::Result<
     for work in [small, large] {
         let dir = tempfile::tempdir()?;
         let profile = out_dir.join(format!("terminal_test.{}groups.out", work.groups));
-        let framework = Framework::Rust { workers: Some(1) };
+        let framework = Framework::Rust {
+            workers: Some(1),
+            retokenize: true,
+        };
         let cmd = installed.command(framework, work, &server.base_url, dir.path());
         let program = cmd.get_program().to_owned();
         let args: Vec<_> = cmd.get_args().map(ToOwned::to_owned).collect();

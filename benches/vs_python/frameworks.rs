@@ -1,7 +1,9 @@
 //! The two frameworks under test and how to start them: hermes-env's `terminal_test` example
 //! (release build, `process` mode) and the Python peer in `benches/python_peer/` (atroposlib
 //! 0.4.0's `BaseEnv` `process` mode) in a virtualenv this bench creates under `target/`. Both
-//! get the same command line, the same scripted server and the same built-in tokenizer, and
+//! get the same command line, the same scripted server and the same built-in tokenizer (the
+//! Python peer encodes the transcript's text with it, as Hermes did in Phase 1; hermes-env
+//! re-renders the chat with its template and masks per assistant turn, which costs more), and
 //! their JSONL is checked: every group complete, every rollout 4 turns, 3 tool results and
 //! reward 1.0.
 
@@ -20,8 +22,15 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 #[derive(Debug, Clone, Copy)]
 pub enum Framework {
     /// hermes-env's `terminal_test`; `workers` overrides `--env.max_num_workers` (groups in
-    /// flight; the default is 8, atroposlib's `process` runs one group at a time).
-    Rust { workers: Option<usize> },
+    /// flight; the default is 8, atroposlib's `process` runs one group at a time);
+    /// `retokenize` gives it the tokenizer (trainer tokens from the chat template, every
+    /// assistant turn trained), else its tokens are Phase 1 placeholders.
+    Rust {
+        /// `--env.max_num_workers`, when not the default.
+        workers: Option<usize>,
+        /// Whether `--env.tokenizer_name` is given.
+        retokenize: bool,
+    },
     /// The Python peer.
     Python,
 }
@@ -30,8 +39,21 @@ impl Framework {
     /// A short label for the table.
     pub fn label(self) -> String {
         match self {
-            Framework::Rust { workers: None } => "hermes-env (Rust)".into(),
-            Framework::Rust { workers: Some(w) } => format!("hermes-env, {w} group at a time"),
+            Framework::Rust {
+                workers: None,
+                retokenize: true,
+            } => "hermes-env (Rust)".into(),
+            Framework::Rust {
+                workers: Some(w),
+                retokenize: true,
+            } => format!("hermes-env, {w} group at a time"),
+            Framework::Rust {
+                workers,
+                retokenize: false,
+            } => format!(
+                "hermes-env, placeholder tokens{}",
+                workers.map_or(String::new(), |w| format!(", {w} grp"))
+            ),
             Framework::Python => "Python peer (atroposlib)".into(),
         }
     }
@@ -94,15 +116,25 @@ impl Installed {
             .args(["--env.use_wandb", "false"])
             .arg("--env.data_path_to_save_groups")
             .arg(&out)
-            .arg("--env.tokenizer_name")
-            .arg(&tokenizer)
             .args(["--openai.base_url", url])
             .args(["--openai.model_name", "scripted"])
             .args(["--openai.server_type", "openai"])
             .args(["--openai.health_check", "false"])
             .args(["--openai.api_key", "x"]);
-        if let Framework::Rust { workers: Some(w) } = framework {
+        if let Framework::Rust {
+            workers: Some(w), ..
+        } = framework
+        {
             cmd.args(["--env.max_num_workers", &w.to_string()]);
+        }
+        if !matches!(
+            framework,
+            Framework::Rust {
+                retokenize: false,
+                ..
+            }
+        ) {
+            cmd.arg("--env.tokenizer_name").arg(&tokenizer);
         }
         let log = |name: &str| {
             std::fs::File::create(dir.join(name))
@@ -124,18 +156,15 @@ impl Installed {
 
 /// Checks the JSONL a run wrote: `groups` lines of `group_size` rollouts, each with
 /// [`TURNS`] assistant turns, one tool result per tool turn, and reward 1.0.
+/// Reads one line at a time: this process's peak RSS must stay small, since a child started
+/// with posix_spawn inherits it in its `ru_maxrss` (the kernel records the pre-exec memory).
 pub fn check_output(dir: &Path, work: Workload) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(dir.join("out.jsonl")).context("the run's JSONL")?;
-    let groups: Vec<Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    ensure!(
-        groups.len() == work.groups,
-        "{} groups written",
-        groups.len()
-    );
-    for g in &groups {
+    use std::io::BufRead;
+    let file = std::fs::File::open(dir.join("out.jsonl")).context("the run's JSONL")?;
+    let mut groups = 0;
+    for line in std::io::BufReader::new(file).lines() {
+        let g: Value = serde_json::from_str(&line?)?;
+        groups += 1;
         let scores = g["scores"].as_array().context("scores")?;
         ensure!(
             scores.len() == work.group_size && scores.iter().all(|s| s.as_f64() == Some(1.0)),
@@ -155,6 +184,7 @@ pub fn check_output(dir: &Path, work: Workload) -> anyhow::Result<()> {
             );
         }
     }
+    ensure!(groups == work.groups, "{groups} groups written");
     Ok(())
 }
 

@@ -59,8 +59,18 @@ fn main() -> anyhow::Result<()> {
         return server.stop();
     }
     let frameworks = [
-        Framework::Rust { workers: None },
-        Framework::Rust { workers: Some(1) },
+        Framework::Rust {
+            workers: None,
+            retokenize: true,
+        },
+        Framework::Rust {
+            workers: Some(1),
+            retokenize: true,
+        },
+        Framework::Rust {
+            workers: None,
+            retokenize: false,
+        },
         Framework::Python,
     ];
     println!(
@@ -91,8 +101,10 @@ fn main() -> anyhow::Result<()> {
     for (f, m) in frameworks.iter().zip(&medians) {
         print_row(&f.label(), m, work);
     }
-    print_ratios(&medians[0], &medians[2], "hermes-env (default workers)");
-    print_ratios(&medians[1], &medians[2], "hermes-env, 1 group at a time");
+    let python = &medians[3];
+    for (f, m) in frameworks.iter().zip(&medians).take(3) {
+        print_ratios(m, python, &f.label());
+    }
     println!(
         "\nown = user+sys of the framework process (clock ticks, /proc/PID/stat at exit); child = its \
          reaped children (tool shells, commands); whole process incl. start-up; RSS = ru_maxrss"
