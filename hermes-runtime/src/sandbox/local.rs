@@ -62,6 +62,24 @@ fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
     env
 }
 
+/// `program` looked up in the `PATH` of `env` once, as the child's own lookup would find it;
+/// `program` itself when no directory has it (the spawn then fails as before). An absolute
+/// program lets std start children with `posix_spawn` (no copy of this multi-threaded
+/// process's page tables per shell): with a changed `PATH` it must fork to search it.
+fn program_in_path(env: &[(OsString, OsString)], program: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    std::env::split_paths(path.unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
 /// Creates one scratch directory per task under a per-run root.
 #[derive(Debug)]
 pub struct LocalProvider {
@@ -141,6 +159,11 @@ pub struct LocalSandbox {
     cwd: Mutex<PathBuf>,
     process_groups: Mutex<Vec<i32>>,
     env: Vec<(OsString, OsString)>,
+    /// `bash` as found in `env`'s `PATH`.
+    bash: PathBuf,
+    /// When the sandbox was made ([`super::tripwire::boot_ticks`]): no older process can
+    /// carry its `HOME`.
+    created: u64,
     /// The persistent shell, started by the first command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
@@ -155,6 +178,7 @@ impl LocalSandbox {
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
         let env = sandbox_env(&dir, &[]);
+        let bash = program_in_path(&env, "bash");
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let state_file = dir.with_file_name(format!(".{name}.hermes-cwd-{}", short_id()));
         LocalSandbox {
@@ -167,12 +191,15 @@ impl LocalSandbox {
             dir_str,
             process_groups: Mutex::new(Vec::new()),
             env,
+            bash,
+            created: super::tripwire::boot_ticks(),
         }
     }
 
     /// Adds `KEY=VALUE` entries to every command's environment.
     pub fn with_env(mut self, extra: &[String]) -> Self {
         self.env = sandbox_env(&self.dir, extra);
+        self.bash = program_in_path(&self.env, "bash");
         self
     }
 
@@ -205,7 +232,7 @@ impl LocalSandbox {
     ) -> Result<ExecOutput, SandboxError> {
         let nonce = nonce();
         let argv = wrapper_argv(&cwd.to_string_lossy(), &request.command, &nonce);
-        let mut child = Command::new(&argv[0])
+        let mut child = Command::new(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -303,7 +330,7 @@ impl LocalSandbox {
     /// Starts the task's persistent shell (its own process group, the sandbox environment).
     fn start_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
         let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
-        let mut child = Command::new(&argv[0])
+        let mut child = Command::new(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -598,11 +625,11 @@ impl Sandbox for LocalSandbox {
             .as_ref()
             .and_then(|s| s.link().child.id());
         let groups = self.process_groups.lock().expect("lock poisoned").clone();
-        let (home, keep) = (self.dir.clone(), keep.to_vec());
+        let (home, keep, since) = (self.dir.clone(), keep.to_vec(), self.created);
         let skip: Vec<u32> = shell.into_iter().collect();
         blocking(move || {
             Ok(super::tripwire::kill_local_leftovers(
-                &home, &groups, &keep, &skip,
+                &home, &groups, &keep, &skip, since,
             ))
         })
         .await
