@@ -6,7 +6,8 @@
 //! calls with reqwest. Then child CPU per local `terminal` command, persistent shell against
 //! one fresh shell per command.
 //!
-//! Run: `cargo bench --bench overhead` (add `-- --quick` for a short run).
+//! Run: `cargo bench --bench overhead` (add `-- --quick` for a short run;
+//! `HERMES_OVERHEAD_FILE_TOOLS=1` for the first release's shell-free workload).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,7 +60,9 @@ impl Bench {
     }
 }
 
-/// Answers by turn index: write, read, rewrite, then a final answer.
+/// Answers by turn index: write, read, rewrite, then a final answer. The read is a `terminal`
+/// command, or with `HERMES_OVERHEAD_FILE_TOOLS=1` a `read_file` call (the first release's
+/// workload, which started no shell: for before/after figures against it).
 fn policy(request: &Value) -> Reply {
     let turn = request["messages"]
         .as_array()
@@ -69,6 +72,7 @@ fn policy(request: &Value) -> Reply {
             "write_file",
             json!({"path": "notes.txt", "content": "first"}),
         ),
+        1 if file_tools_only() => Reply::tool("read_file", json!({"path": "notes.txt"})),
         1 => Reply::tool("terminal", json!({"command": "cat notes.txt"})),
         2 => Reply::tool(
             "write_file",
@@ -76,6 +80,12 @@ fn policy(request: &Value) -> Reply {
         ),
         _ => Reply::text("done"),
     }
+}
+
+/// `HERMES_OVERHEAD_FILE_TOOLS=1`: the rollouts use file tools only (see [`policy`]).
+fn file_tools_only() -> bool {
+    static ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONLY.get_or_init(|| std::env::var("HERMES_OVERHEAD_FILE_TOOLS").is_ok_and(|v| v == "1"))
 }
 
 /// User + system time of this process (`RUSAGE_SELF`) or of its reaped children

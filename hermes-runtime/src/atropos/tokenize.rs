@@ -4,7 +4,7 @@
 use serde_json::Value;
 use tracing::warn;
 
-use crate::llm::tokenizer::{ChatTokenizer, TokenizerError};
+use crate::llm::tokenizer::{ChatTokenizer, PreparedChat, TokenizerError};
 use crate::llm::{Message, ToolSchema};
 
 /// Trainer tokens of one chat.
@@ -25,8 +25,7 @@ fn to_values(chat: &[Message]) -> Vec<Value> {
 /// The rendered chat with its tools, as the model saw it, and where its tokens start.
 struct Rendered<'a> {
     tok: &'a ChatTokenizer,
-    values: Vec<Value>,
-    tools: Option<Vec<Value>>,
+    chat: PreparedChat,
     text: String,
     ids: Vec<u32>,
     starts: Vec<usize>,
@@ -45,12 +44,12 @@ impl<'a> Rendered<'a> {
                 .map(|t| serde_json::to_value(t).expect("tools serialise"))
                 .collect::<Vec<_>>()
         });
-        let text = tok.render(&values, tools.as_deref(), false)?;
+        let prepared = tok.prepare(&values, tools.as_deref());
+        let text = tok.render_prefix(&prepared, values.len(), false)?;
         let (ids, starts) = tok.encode_rendered_with_starts(&text)?;
         Ok(Rendered {
             tok,
-            values,
-            tools,
+            chat: prepared,
             text,
             ids,
             starts,
@@ -61,11 +60,9 @@ impl<'a> Rendered<'a> {
     /// A template that renders that prefix differently from the full chat (not prefix-stable)
     /// is logged, and the length is used as it is.
     fn boundary(&self, n: usize, add_generation_prompt: bool) -> Result<usize, TokenizerError> {
-        let prefix = self.tok.render(
-            &self.values[..n],
-            self.tools.as_deref(),
-            add_generation_prompt,
-        )?;
+        let prefix = self
+            .tok
+            .render_prefix(&self.chat, n, add_generation_prompt)?;
         if !self.text.starts_with(&prefix) {
             warn!(
                 "chat template of {} is not prefix-stable at message {n}: the trained span there is                  placed by length and may be off",

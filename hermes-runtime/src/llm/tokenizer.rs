@@ -325,25 +325,60 @@ impl ChatTokenizer {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        let chat = self.prepare(messages, tools);
+        self.render_prefix(&chat, messages.len(), add_generation_prompt)
+    }
+
+    /// `messages` and `tools` converted once into the template's values ([`Self::render`]'s
+    /// inputs), so a chat and its prefixes render without converting them again.
+    pub fn prepare(&self, messages: &[Value], tools: Option<&[Value]>) -> PreparedChat {
+        PreparedChat {
+            messages: chat_template::template_messages(messages)
+                .iter()
+                .map(|m| minijinja::Value::from(Serde(m)))
+                .collect(),
+            tools: tools.map(|t| minijinja::Value::from(Serde(t))),
+        }
+    }
+
+    /// [`Self::render`] of the first `n` messages of a prepared chat.
+    pub fn render_prefix(
+        &self,
+        chat: &PreparedChat,
+        n: usize,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
         let template = self
             .templates
             .get_template("chat")
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
-        let messages = chat_template::template_messages(messages);
-        let mut ctx = self.special_tokens.clone();
-        for (k, v) in &self.template_kwargs {
-            ctx.insert(k.clone(), v.clone());
-        }
+        let n = n.min(chat.messages.len());
         let fixed = minijinja::context! {
-            messages => Serde(&messages),
-            tools => tools.map(Serde),
+            messages => minijinja::Value::from(chat.messages[..n].to_vec()),
+            tools => chat.tools.clone(),
             add_generation_prompt => add_generation_prompt,
         };
-        let ctx = minijinja::context! { ..fixed, ..minijinja::Value::from(Serde(&ctx)) };
+        let ctx = minijinja::context! { ..fixed, ..self.globals() };
         template
             .render(ctx)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))
     }
+
+    /// The special tokens and template kwargs every render passes.
+    fn globals(&self) -> minijinja::Value {
+        let mut ctx = self.special_tokens.clone();
+        for (k, v) in &self.template_kwargs {
+            ctx.insert(k.clone(), v.clone());
+        }
+        minijinja::Value::from(Serde(&ctx))
+    }
+}
+
+/// A chat in the chat template's values, made by [`ChatTokenizer::prepare`].
+#[derive(Debug, Clone)]
+pub struct PreparedChat {
+    messages: Vec<minijinja::Value>,
+    tools: Option<minijinja::Value>,
 }
 
 #[cfg(test)]

@@ -101,8 +101,10 @@ pub(super) fn fences(text: &str) -> Vec<Fence<'_>> {
         let info_end = after.find('\n').unwrap_or(after.len());
         let lang = after[..info_end].trim();
         let inner_start = start + 3 + info_end;
-        let (inner_end, end) = match text[inner_start..].find("```") {
-            Some(e) => (inner_start + e, inner_start + e + 3),
+        // A fence holding JSON closes after the JSON value: a string in it may hold backticks.
+        let search_from = inner_start + json_extent(&text[inner_start..]).unwrap_or(0);
+        let (inner_end, end) = match text[search_from..].find("```") {
+            Some(e) => (search_from + e, search_from + e + 3),
             None => (text.len(), text.len()),
         };
         out.push(Fence {
@@ -114,6 +116,17 @@ pub(super) fn fences(text: &str) -> Vec<Fence<'_>> {
         pos = end;
     }
     out
+}
+
+/// Bytes of `text` up to the end of the JSON array or object it starts with (after white
+/// space), if it starts with one that parses.
+fn json_extent(text: &str) -> Option<usize> {
+    let body = text.trim_start();
+    if !body.starts_with(['[', '{']) {
+        return None;
+    }
+    let (_, used) = leading_json(body)?;
+    Some(text.len() - body.len() + used)
 }
 
 /// `text` as plain content, no calls.
@@ -429,6 +442,20 @@ pub(super) fn call_with_id(id: String, name: &str, arguments: String) -> ToolCal
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_json_fence_closes_after_its_value_even_with_backticks_in_a_string() {
+        let text = ".\n```json\n[{\"name\": \"_\", \"arguments\": {\"a\": \"```\"}}]\n``` after";
+        let fence = fences(text)[0];
+        assert_eq!(
+            fence.inner.trim(),
+            r#"[{"name": "_", "arguments": {"a": "```"}}]"#
+        );
+        assert_eq!(&text[fence.end..], " after");
+        // Not JSON inside: the first closing backticks end it, as before.
+        let fence = fences("```bash\necho hi\n``` x")[0];
+        assert_eq!(fence.inner, "\necho hi\n");
+    }
 
     #[test]
     fn heuristics_read_json_then_python_then_text() {

@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -168,6 +168,9 @@ pub struct LocalSandbox {
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
     shell_unavailable: AtomicBool,
+    /// Set before the first process of this sandbox is started: until then nothing of it can
+    /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
+    spawned: AtomicBool,
     /// Where the shell keeps the working directory between commands (beside the scratch
     /// directory, not in it).
     state_file: PathBuf,
@@ -184,6 +187,7 @@ impl LocalSandbox {
         LocalSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
+            spawned: AtomicBool::new(false),
             state_file,
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
@@ -232,6 +236,7 @@ impl LocalSandbox {
     ) -> Result<ExecOutput, SandboxError> {
         let nonce = nonce();
         let argv = wrapper_argv(&cwd.to_string_lossy(), &request.command, &nonce);
+        self.spawned.store(true, SeqCst);
         let mut child = Command::new(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
@@ -330,6 +335,7 @@ impl LocalSandbox {
     /// Starts the task's persistent shell (its own process group, the sandbox environment).
     fn start_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
         let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
+        self.spawned.store(true, SeqCst);
         let mut child = Command::new(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
@@ -617,6 +623,10 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+        if !self.spawned.load(SeqCst) {
+            // No process of this sandbox was ever started (file tools only): none can be left.
+            return Ok(Vec::new());
+        }
         // The persistent shell is the framework's own process, not a leftover of the agent's.
         let shell = self
             .shell
