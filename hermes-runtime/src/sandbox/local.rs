@@ -22,6 +22,7 @@ use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
 use super::links::check_no_link_ancestors;
 use super::persistent::{frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink};
+use super::process_groups::{kill_group, ProcessGroups};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
@@ -157,7 +158,7 @@ pub struct LocalSandbox {
     dir: PathBuf,
     dir_str: String,
     cwd: Mutex<PathBuf>,
-    process_groups: Mutex<Vec<i32>>,
+    process_groups: ProcessGroups,
     env: Vec<(OsString, OsString)>,
     /// `bash` as found in `env`'s `PATH`.
     bash: PathBuf,
@@ -193,7 +194,7 @@ impl LocalSandbox {
             cwd: Mutex::new(dir.clone()),
             dir,
             dir_str,
-            process_groups: Mutex::new(Vec::new()),
+            process_groups: ProcessGroups::default(),
             env,
             bash,
             created: super::tripwire::boot_ticks(),
@@ -250,10 +251,7 @@ impl LocalSandbox {
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
-            self.process_groups
-                .lock()
-                .expect("lock poisoned")
-                .push(pgid);
+            self.process_groups.add(pgid);
         }
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -318,6 +316,74 @@ impl LocalSandbox {
         Ok(ExecOutput::finished(capture, exit_code))
     }
 
+    /// Runs one command in the persistent shell (one-shot when the shell is busy or cannot
+    /// start).
+    async fn exec_in_shell(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = self.command_cwd(&request)?;
+        let Ok(mut slot) = self.shell.try_lock() else {
+            // Another command of this sandbox is running in the shell: run this one beside it.
+            return self.exec_one_shot_in(cwd, request).await;
+        };
+        let cwd_text = cwd.to_string_lossy().into_owned();
+        if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
+            return self.exec_one_shot_in(cwd, request).await;
+        }
+        for fresh in [false, true] {
+            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
+                *slot = Some(self.start_shell()?);
+            }
+            let shell = slot.as_mut().expect("a shell was just started");
+            let deadline = Instant::now() + request.timeout;
+            let groups = &self.process_groups;
+            let outcome = shell
+                .run(
+                    &cwd_text,
+                    &request.command,
+                    request.output_limit,
+                    deadline,
+                    |pgid| groups.add(pgid),
+                )
+                .await;
+            match outcome {
+                Outcome::Done { output, code, cwd } => {
+                    if let (Some(cwd), None) = (cwd, &request.workdir) {
+                        *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
+                    }
+                    return Ok(ExecOutput::finished(output, code));
+                }
+                Outcome::TimedOut { output, pgid } => {
+                    if let Some(pgid) = pgid {
+                        kill_group(pgid);
+                    }
+                    if !shell.settle().await {
+                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
+                        *slot = None;
+                    }
+                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
+                }
+                Outcome::Died {
+                    output,
+                    started,
+                    code,
+                } => {
+                    *slot = None;
+                    if started {
+                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
+                    }
+                    if fresh {
+                        warn!(
+                            "the persistent shell of {} cannot start (exit {code:?}); running its commands one-shot",
+                            self.task_id
+                        );
+                        self.shell_unavailable.store(true, Relaxed);
+                    }
+                }
+            }
+        }
+        drop(slot);
+        self.exec_one_shot_in(cwd, request).await
+    }
+
     /// The working directory a request runs in; the sandbox must still exist.
     fn command_cwd(&self, request: &ExecRequest) -> Result<PathBuf, SandboxError> {
         if !self.dir.is_dir() {
@@ -362,10 +428,7 @@ impl LocalSandbox {
     }
 
     fn kill_all(&self) {
-        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
-        for pgid in groups {
-            kill_group(pgid);
-        }
+        self.process_groups.kill_all();
     }
 }
 
@@ -446,16 +509,10 @@ impl ShellLink for LocalLink {
 
 impl Drop for LocalLink {
     fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
+        // Only while the shell is not reaped is its pid (and so its group's id) still its own.
+        if let (Some(pgid), Ok(None)) = (self.pgid, self.child.try_wait()) {
             kill_group(pgid);
         }
-    }
-}
-
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
     }
 }
 
@@ -486,74 +543,16 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let cwd = self.command_cwd(&request)?;
-        let Ok(mut slot) = self.shell.try_lock() else {
-            // Another command of this sandbox is running in the shell: run this one beside it.
-            return self.exec_one_shot_in(cwd, request).await;
-        };
-        let cwd_text = cwd.to_string_lossy().into_owned();
-        if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
-            return self.exec_one_shot_in(cwd, request).await;
-        }
-        for fresh in [false, true] {
-            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
-                *slot = Some(self.start_shell()?);
-            }
-            let shell = slot.as_mut().expect("a shell was just started");
-            let deadline = Instant::now() + request.timeout;
-            let groups = &self.process_groups;
-            let outcome = shell
-                .run(
-                    &cwd_text,
-                    &request.command,
-                    request.output_limit,
-                    deadline,
-                    |pgid| groups.lock().expect("lock poisoned").push(pgid),
-                )
-                .await;
-            match outcome {
-                Outcome::Done { output, code, cwd } => {
-                    if let (Some(cwd), None) = (cwd, &request.workdir) {
-                        *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
-                    }
-                    return Ok(ExecOutput::finished(output, code));
-                }
-                Outcome::TimedOut { output, pgid } => {
-                    if let Some(pgid) = pgid {
-                        kill_group(pgid);
-                    }
-                    if !shell.settle().await {
-                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
-                        *slot = None;
-                    }
-                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
-                }
-                Outcome::Died {
-                    output,
-                    started,
-                    code,
-                } => {
-                    *slot = None;
-                    if started {
-                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
-                    }
-                    if fresh {
-                        warn!(
-                            "the persistent shell of {} cannot start (exit {code:?}); running its commands one-shot",
-                            self.task_id
-                        );
-                        self.shell_unavailable.store(true, Relaxed);
-                    }
-                }
-            }
-        }
-        drop(slot);
-        self.exec_one_shot_in(cwd, request).await
+        let out = self.exec_in_shell(request).await;
+        self.process_groups.prune();
+        out
     }
 
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let cwd = self.command_cwd(&request)?;
-        self.exec_one_shot_in(cwd, request).await
+        let out = self.exec_one_shot_in(cwd, request).await;
+        self.process_groups.prune();
+        out
     }
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
@@ -634,7 +633,7 @@ impl Sandbox for LocalSandbox {
             .await
             .as_ref()
             .and_then(|s| s.link().child.id());
-        let groups = self.process_groups.lock().expect("lock poisoned").clone();
+        let groups = self.process_groups.current();
         let (home, keep, since) = (self.dir.clone(), keep.to_vec(), self.created);
         let skip: Vec<u32> = shell.into_iter().collect();
         blocking(move || {

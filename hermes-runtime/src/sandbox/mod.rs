@@ -13,6 +13,7 @@ mod links;
 mod local;
 mod output;
 mod persistent;
+mod process_groups;
 mod remote_path;
 mod shell;
 mod ssh;

@@ -40,8 +40,18 @@ const DRAIN_MAX: Duration = Duration::from_millis(500);
 const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Kills the process groups given after the directory and removes the directory (only a
-/// scratch directory this backend made).
-const TEARDOWN: &str = "d=$1; shift; [ $# -gt 0 ] && kill -9 \"$@\" 2>/dev/null
+/// scratch directory this backend made). A group id is a pid number the host hands out again
+/// once the group is empty: a group whose leader pid now belongs to a process without the
+/// sandbox's `HOME` (which every command's wrapper is started with) is a stranger's and is
+/// left alone; a group whose leader is gone is still held by its members.
+const TEARDOWN: &str = "d=$1; shift
+for g; do
+  l=${g#-}
+  if [ -e /proc/$l ]; then
+    tr '\\0' '\\n' </proc/$l/environ 2>/dev/null | grep -qxF \"HOME=$d\" || continue
+  fi
+  kill -9 \"$g\" 2>/dev/null
+done
 case \"$d\" in */hermes-env-task-*) rm -rf -- \"$d\" ;; esac";
 
 /// Where and as whom the ssh backend runs commands.
@@ -650,6 +660,45 @@ impl Drop for SshSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sleep 30` leading its own process group, started with `env`.
+    fn group_leader(env: &[(&str, &str)]) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("30")
+            .env_clear()
+            .envs(env.iter().copied())
+            .process_group(0)
+            .spawn()
+            .expect("sleep")
+    }
+
+    #[test]
+    fn teardown_kills_its_groups_and_leaves_a_group_that_reused_an_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let scratch = dir.path().join("hermes-env-task-1");
+        std::fs::create_dir(&scratch).expect("mkdir");
+        let home = scratch.to_string_lossy().into_owned();
+        let mut ours = group_leader(&[("HOME", &home)]);
+        // What a recycled id looks like on the host: a live group leader without our HOME.
+        let mut stranger = group_leader(&[("HOME", "/root")]);
+        let status = std::process::Command::new("sh")
+            .args(["-c", TEARDOWN, "hermes", &home])
+            .arg(format!("-{}", ours.id()))
+            .arg(format!("-{}", stranger.id()))
+            .status()
+            .expect("sh");
+        assert!(status.success());
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(ours.wait().expect("wait").signal(), Some(libc::SIGKILL));
+        assert!(!scratch.exists(), "the scratch directory was kept");
+        assert!(
+            stranger.try_wait().expect("try_wait").is_none(),
+            "a stranger's group was killed"
+        );
+        stranger.kill().expect("kill");
+        stranger.wait().expect("wait");
+    }
 
     #[test]
     fn settings_come_from_upstream_variables() {

@@ -219,13 +219,13 @@ pub fn boot_ticks() -> u64 {
 }
 
 /// One row of `/proc`.
-struct ProcessRow {
-    pid: u32,
-    ppid: u32,
-    pgrp: i32,
-    zombie: bool,
+pub(crate) struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    pub pgrp: i32,
+    pub zombie: bool,
     /// Start time, boot-clock ticks.
-    started: u64,
+    pub started: u64,
 }
 
 fn process_table() -> Vec<ProcessRow> {
@@ -233,24 +233,27 @@ fn process_table() -> Vec<ProcessRow> {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
-            let mut fields = stat[stat.rfind(')')? + 2..].split_whitespace();
-            let zombie = fields.next()? == "Z";
-            let ppid = fields.next()?.parse().ok()?;
-            let pgrp = fields.next()?.parse().ok()?;
-            // Field 22 of the stat line (the iterator is at field 6).
-            let started = fields.nth(16)?.parse().ok()?;
-            Some(ProcessRow {
-                pid,
-                ppid,
-                pgrp,
-                zombie,
-                started,
-            })
-        })
+        .filter_map(process_row)
         .collect()
+}
+
+/// The `/proc/PID/stat` row of `pid`, when that process exists.
+pub(crate) fn process_row(pid: u32) -> Option<ProcessRow> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+    let mut fields = stat[stat.rfind(')')? + 2..].split_whitespace();
+    let zombie = fields.next()? == "Z";
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    // Field 22 of the stat line (the iterator is at field 6).
+    let started = fields.nth(16)?.parse().ok()?;
+    Some(ProcessRow {
+        pid,
+        ppid,
+        pgrp,
+        zombie,
+        started,
+    })
 }
 
 /// A process's command line (first 120 characters), for the tripwire's message.
