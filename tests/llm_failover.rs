@@ -317,22 +317,31 @@ async fn one_dead_server_of_two_every_request_succeeds_and_it_is_marked_down_onc
 #[tokio::test]
 async fn thirty_percent_500s_and_ten_percent_stalls_every_request_of_200_succeeds() {
     let upstream = ScriptedServer::start(always_ok()).await.unwrap();
-    // Deterministic "random" faults: 3 in 10 answered 500, 1 in 10 stalled past the 1 s timeout.
-    let flaky = |seed: u64| {
-        move |n: u64, _: &str| match (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed) % 10 {
-            0..=2 => Fault::Status(500),
-            3 => Fault::Stall,
-            _ => Fault::Forward,
+    // Random faults, drawn afresh for every attempt: 3 in 10 answered 500, 1 in 10 stalled past
+    // the 1 s timeout. (A fixed pattern over the proxy's request counter is not independent
+    // per attempt: the last request left in flight meets consecutive counter values, and a run
+    // of faults in the pattern then fails it every time.)
+    let flaky = || {
+        |n: u64, _: &str| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut draw = std::collections::hash_map::RandomState::new().build_hasher();
+            draw.write_u64(n);
+            match draw.finish() % 10 {
+                0..=2 => Fault::Status(500),
+                3 => Fault::Stall,
+                _ => Fault::Forward,
+            }
         }
     };
-    let a = Proxy::start(Some(&upstream), flaky(1)).await;
-    let b = Proxy::start(Some(&upstream), flaky(7)).await;
+    let a = Proxy::start(Some(&upstream), flaky()).await;
+    let b = Proxy::start(Some(&upstream), flaky()).await;
     let servers = [
         server(&a.base_url(), ServerType::Openai, 1),
         server(&b.base_url(), ServerType::Openai, 1),
     ];
-    // 40% of attempts fail: 12 attempts leave a request a 0.4^12 ≈ 2·10⁻⁵ chance to fail.
-    let llm = LlmClient::with_pool(pool(&servers, fast_retries(12)), 8);
+    // 40% of attempts fail: 24 attempts leave a request a 0.4^24 ≈ 3·10⁻¹⁰ chance to fail, the
+    // 200 of them 6·10⁻⁸ (12 attempts were 3·10⁻³: one red run in 300).
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(24)), 8);
     let results = chat_many(&llm, 200, 32).await;
     let failed: Vec<_> = results.iter().filter(|r| r.is_err()).collect();
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), failed);

@@ -24,6 +24,7 @@ use super::links::check_no_link_ancestors;
 use super::persistent::{frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink};
 use super::process_groups::{kill_group, ProcessGroups};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use super::tripwire::Birth;
 use super::{
     CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
     Transfer,
@@ -162,9 +163,8 @@ pub struct LocalSandbox {
     env: Vec<(OsString, OsString)>,
     /// `bash` as found in `env`'s `PATH`.
     bash: PathBuf,
-    /// When the sandbox was made ([`super::tripwire::boot_ticks`]): no older process can
-    /// carry its `HOME`.
-    created: u64,
+    /// When the sandbox was made: no older process can be its.
+    birth: Birth,
     /// The persistent shell, started by the first command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
@@ -197,7 +197,7 @@ impl LocalSandbox {
             process_groups: ProcessGroups::default(),
             env,
             bash,
-            created: super::tripwire::boot_ticks(),
+            birth: Birth::now(),
         }
     }
 
@@ -634,11 +634,11 @@ impl Sandbox for LocalSandbox {
             .as_ref()
             .and_then(|s| s.link().child.id());
         let groups = self.process_groups.current();
-        let (home, keep, since) = (self.dir.clone(), keep.to_vec(), self.created);
+        let (home, keep, birth) = (self.dir.clone(), keep.to_vec(), self.birth);
         let skip: Vec<u32> = shell.into_iter().collect();
         blocking(move || {
             Ok(super::tripwire::kill_local_leftovers(
-                &home, &groups, &keep, &skip, since,
+                &home, &groups, &keep, &skip, &birth,
             ))
         })
         .await

@@ -149,22 +149,21 @@ pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
 /// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
 /// the trees rooted at `keep` and the processes in `skip` (the sandbox's own shell). Each is
-/// killed; returns `(pid, command)` per killed process. Only processes started at or after
-/// `since` (boot-clock ticks, [`boot_ticks`] when the sandbox was made) can carry its `HOME`,
-/// so only their environments are read: the scan costs one `stat` read per host process, not
-/// three.
-pub fn kill_local_leftovers(
+/// killed; returns `(pid, command)` per killed process. Only processes started since `birth`
+/// can be the sandbox's: only the pids the host handed out since are read (one `stat` read
+/// each), and of those only the ones started after it have their environment read.
+pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
     keep: &[u32],
     skip: &[u32],
-    since: u64,
+    birth: &Birth,
 ) -> Vec<String> {
     let marker = format!("HOME={}", home.display());
     let me = std::process::id();
     let mut killed = Vec::new();
     for _round in 0..3 {
-        let table = process_table();
+        let table = birth.processes_since();
         let kept = |pid: u32| {
             let mut q = pid;
             for _ in 0..64 {
@@ -188,7 +187,8 @@ pub fn kill_local_leftovers(
             if p.pid == me || skip.contains(&p.pid) || p.zombie {
                 continue;
             }
-            let ours = groups.contains(&p.pgrp) || (p.started >= since && carries_home(p.pid));
+            let ours =
+                groups.contains(&p.pgrp) || (p.started >= birth.ticks && carries_home(p.pid));
             if !ours || kept(p.pid) {
                 continue;
             }
@@ -204,6 +204,88 @@ pub fn kill_local_leftovers(
         }
     }
     killed
+}
+
+/// When a local sandbox was made, as its leftover scan needs it: no process started earlier
+/// can be the sandbox's, and none whose pid the host handed out earlier either.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Birth {
+    /// The boot clock ([`boot_ticks`]).
+    ticks: u64,
+    /// The host's pid counter (`None` where `/proc` does not show it: every pid is read).
+    pids: Option<PidCounter>,
+}
+
+impl Birth {
+    /// Now.
+    pub fn now() -> Self {
+        Birth {
+            ticks: boot_ticks(),
+            pids: PidCounter::read(),
+        }
+    }
+
+    /// The rows of the processes whose pid was handed out since the birth: all of `/proc`
+    /// when the counter cannot tell (it may have gone round since, or is not shown).
+    fn processes_since(&self) -> Vec<ProcessRow> {
+        let fresh = self
+            .pids
+            .zip(PidCounter::read())
+            .and_then(|(then, now)| then.handed_out_until(&now, pid_max()));
+        process_table(|pid| fresh.is_none_or(|(after, upto)| in_cycle(pid, after, upto)))
+    }
+}
+
+/// True when `pid` lies in the cyclic range of pids handed out after `after` up to `upto`.
+fn in_cycle(pid: u32, after: u32, upto: u32) -> bool {
+    if after <= upto {
+        pid > after && pid <= upto
+    } else {
+        pid > after || pid <= upto
+    }
+}
+
+/// Where the host's pid allocation stands: the last pid handed out (`/proc/loadavg`) and the
+/// tasks created since boot (`/proc/stat`'s `processes`, threads included: each takes a pid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PidCounter {
+    last: u32,
+    forks: u64,
+}
+
+impl PidCounter {
+    fn read() -> Option<Self> {
+        let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
+        let last = loadavg.split_whitespace().nth(4)?.parse().ok()?;
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let forks = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("processes "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(PidCounter { last, forks })
+    }
+
+    /// The cyclic range `(after, upto]` of the pids handed out between `self` and `now`, or
+    /// `None` when so many tasks were created that the counter may have gone all the way
+    /// round (pids restart at 300 after `pid_max`; a margin covers the reads not being atomic).
+    fn handed_out_until(&self, now: &PidCounter, pid_max: u32) -> Option<(u32, u32)> {
+        let created = now.forks.checked_sub(self.forks)?;
+        let lap = u64::from(pid_max).saturating_sub(300 + 1000);
+        (created < lap).then_some((self.last, now.last))
+    }
+}
+
+/// `/proc/sys/kernel/pid_max` (the kernel's default when unreadable).
+fn pid_max() -> u32 {
+    static PID_MAX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID_MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(32_768)
+    })
 }
 
 /// The boot clock in `/proc/PID/stat` start-time ticks, one second early (so a process
@@ -228,11 +310,13 @@ pub(crate) struct ProcessRow {
     pub started: u64,
 }
 
-fn process_table() -> Vec<ProcessRow> {
+/// The rows of the processes whose pid passes `wanted`.
+fn process_table(wanted: impl Fn(u32) -> bool) -> Vec<ProcessRow> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| wanted(*pid))
         .filter_map(process_row)
         .collect()
 }
@@ -464,6 +548,52 @@ pub fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pids_handed_out_since_a_birth_are_a_cyclic_range() {
+        assert!(in_cycle(101, 100, 200) && in_cycle(200, 100, 200));
+        assert!(!in_cycle(100, 100, 200) && !in_cycle(201, 100, 200) && !in_cycle(5, 100, 200));
+        // Wrapped past pid_max: what follows the start and what restarted from 300.
+        assert!(in_cycle(32_000, 31_000, 400) && in_cycle(350, 31_000, 400));
+        assert!(!in_cycle(20_000, 31_000, 400) && !in_cycle(401, 31_000, 400));
+        assert!(!in_cycle(7, 7, 7), "nothing handed out: nothing is new");
+        let then = PidCounter {
+            last: 31_000,
+            forks: 1_000,
+        };
+        let soon = PidCounter {
+            last: 400,
+            forks: 3_000,
+        };
+        assert_eq!(then.handed_out_until(&soon, 32_768), Some((31_000, 400)));
+        // Near a whole lap of the counter every pid may be new: the full table is read.
+        let lap = PidCounter {
+            last: 400,
+            forks: 1_000 + 31_500,
+        };
+        assert_eq!(then.handed_out_until(&lap, 32_768), None);
+    }
+
+    #[test]
+    fn a_process_started_after_a_birth_is_in_its_scan_and_an_older_one_is_not() {
+        let older = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let birth = Birth::now();
+        let mut newer = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pids: Vec<u32> = birth.processes_since().iter().map(|p| p.pid).collect();
+        assert!(pids.contains(&newer.id()), "{pids:?}");
+        assert!(!pids.contains(&older.id()), "{pids:?}");
+        let mut older = older;
+        for child in [&mut older, &mut newer] {
+            child.kill().expect("kill");
+            child.wait().expect("wait");
+        }
+    }
 
     #[test]
     fn engine_changes_are_filtered_to_watched_roots() {
