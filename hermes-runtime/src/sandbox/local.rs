@@ -21,7 +21,9 @@ use tracing::warn;
 use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
 use super::links::check_no_link_ancestors;
-use super::persistent::{frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink};
+use super::persistent::{
+    frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
+};
 use super::process_groups::{kill_group, ProcessGroups};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use super::tripwire::Birth;
@@ -328,57 +330,8 @@ impl LocalSandbox {
         if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
             return self.exec_one_shot_in(cwd, request).await;
         }
-        for fresh in [false, true] {
-            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
-                *slot = Some(self.start_shell()?);
-            }
-            let shell = slot.as_mut().expect("a shell was just started");
-            let deadline = Instant::now() + request.timeout;
-            let groups = &self.process_groups;
-            let outcome = shell
-                .run(
-                    &cwd_text,
-                    &request.command,
-                    request.output_limit,
-                    deadline,
-                    |pgid| groups.add(pgid),
-                )
-                .await;
-            match outcome {
-                Outcome::Done { output, code, cwd } => {
-                    if let (Some(cwd), None) = (cwd, &request.workdir) {
-                        *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
-                    }
-                    return Ok(ExecOutput::finished(output, code));
-                }
-                Outcome::TimedOut { output, pgid } => {
-                    if let Some(pgid) = pgid {
-                        kill_group(pgid);
-                    }
-                    if !shell.settle().await {
-                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
-                        *slot = None;
-                    }
-                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
-                }
-                Outcome::Died {
-                    output,
-                    started,
-                    code,
-                } => {
-                    *slot = None;
-                    if started {
-                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
-                    }
-                    if fresh {
-                        warn!(
-                            "the persistent shell of {} cannot start (exit {code:?}); running its commands one-shot",
-                            self.task_id
-                        );
-                        self.shell_unavailable.store(true, Relaxed);
-                    }
-                }
-            }
+        if let Some(out) = run_in_shell(self, &mut slot, &cwd_text, &request).await? {
+            return Ok(out);
         }
         drop(slot);
         self.exec_one_shot_in(cwd, request).await
@@ -399,7 +352,7 @@ impl LocalSandbox {
     }
 
     /// Starts the task's persistent shell (its own process group, the sandbox environment).
-    fn start_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
+    fn spawn_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
         let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
         self.spawned.store(true, SeqCst);
         let mut child = Command::new(&self.bash)
@@ -432,9 +385,38 @@ impl LocalSandbox {
     }
 }
 
+#[async_trait]
+impl ShellHost for LocalSandbox {
+    type Link = LocalLink;
+
+    async fn fresh_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
+        self.spawn_shell()
+    }
+
+    fn note_group(&self, pgid: i32) {
+        self.process_groups.add(pgid);
+    }
+
+    async fn kill_command_group(&self, pgid: i32) {
+        kill_group(pgid);
+    }
+
+    fn keep_cwd(&self, cwd: String) {
+        *self.cwd.lock().expect("lock poisoned") = PathBuf::from(cwd);
+    }
+
+    fn shell_cannot_start(&self, code: Option<i32>) {
+        warn!(
+            "the persistent shell of {} cannot start (exit {code:?}); running its commands one-shot",
+            self.task_id
+        );
+        self.shell_unavailable.store(true, Relaxed);
+    }
+}
+
 /// The pipes of a local persistent shell; dropping it kills the shell's process group.
 #[derive(Debug)]
-struct LocalLink {
+pub(crate) struct LocalLink {
     child: Child,
     pgid: Option<i32>,
     stdin: ChildStdin,

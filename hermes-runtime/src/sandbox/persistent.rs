@@ -18,7 +18,7 @@ use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 
 use super::shell::{nonce, OutputSync};
-use super::CappedOutput;
+use super::{CappedOutput, ExecOutput, ExecRequest, SandboxError};
 
 /// The shell's script (the output channel moves to fd 3, so job notices on fd 2 are dropped);
 /// its arguments are candidate paths of the working-directory state file
@@ -317,6 +317,88 @@ impl<L: ShellLink> PersistentShell<L> {
             code,
         }
     }
+}
+
+/// What the command loop both backends share ([`run_in_shell`]) needs of a backend.
+#[async_trait]
+pub(crate) trait ShellHost: Sync {
+    /// The transport of this backend's shells.
+    type Link: ShellLink;
+    /// Starts a fresh persistent shell.
+    async fn fresh_shell(&self) -> Result<PersistentShell<Self::Link>, SandboxError>;
+    /// Records the process group a command runs in (killed at reset and teardown).
+    fn note_group(&self, pgid: i32);
+    /// Kills the process group of a command past its deadline.
+    async fn kill_command_group(&self, pgid: i32);
+    /// Keeps the final working directory of a command that ended normally.
+    fn keep_cwd(&self, cwd: String);
+    /// Even a fresh shell could not start (exit `code`): the backend says so once and runs its
+    /// commands one-shot from now on.
+    fn shell_cannot_start(&self, code: Option<i32>);
+}
+
+/// Runs `request` in `cwd` on the persistent shell in `slot`, starting one when there is none
+/// (or the one there is out of sync), and once more on a fresh shell when the shell died before
+/// the command began. `None`: no shell could run it, and the caller runs it one-shot.
+pub(crate) async fn run_in_shell<H: ShellHost + ?Sized>(
+    host: &H,
+    slot: &mut Option<PersistentShell<H::Link>>,
+    cwd: &str,
+    request: &ExecRequest,
+) -> Result<Option<ExecOutput>, SandboxError> {
+    for fresh in [false, true] {
+        if slot.as_ref().is_none_or(|s| !s.in_sync()) {
+            *slot = Some(host.fresh_shell().await?);
+        }
+        let shell = slot.as_mut().expect("a shell was just started");
+        let deadline = Instant::now() + request.timeout;
+        let outcome = shell
+            .run(
+                cwd,
+                &request.command,
+                request.output_limit,
+                deadline,
+                |pgid| host.note_group(pgid),
+            )
+            .await;
+        match outcome {
+            Outcome::Done { output, code, cwd } => {
+                if let (Some(cwd), None) = (cwd, &request.workdir) {
+                    host.keep_cwd(cwd);
+                }
+                return Ok(Some(ExecOutput::finished(output, code)));
+            }
+            Outcome::TimedOut { output, pgid } => {
+                if let Some(pgid) = pgid {
+                    host.kill_command_group(pgid).await;
+                }
+                if !shell.settle().await {
+                    tracing::warn!(
+                        "the persistent shell did not report a killed command's end; starting a fresh one"
+                    );
+                    *slot = None;
+                }
+                return Ok(Some(ExecOutput::killed_by_deadline(
+                    output,
+                    request.timeout,
+                )));
+            }
+            Outcome::Died {
+                output,
+                started,
+                code,
+            } => {
+                *slot = None;
+                if started {
+                    return Ok(Some(ExecOutput::finished(output, code.unwrap_or(-1))));
+                }
+                if fresh {
+                    host.shell_cannot_start(code);
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

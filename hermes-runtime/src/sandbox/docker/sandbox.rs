@@ -30,7 +30,7 @@ use crate::sandbox::archive::{
     fetch_following_links, pack, unpack, PackSource, TarStream, Unpack, Unpacked,
 };
 use crate::sandbox::persistent::{
-    frameable, shell_argv, Outcome, PersistentShell, Piece, ShellLink,
+    frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
 };
 use crate::sandbox::remote_path::{normalize, parent_of};
 use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
@@ -74,7 +74,7 @@ pub struct DockerSandbox {
 }
 
 /// The attached exec session of a container's persistent shell.
-struct DockerLink {
+pub(crate) struct DockerLink {
     docker: Docker,
     exec_id: String,
     input: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
@@ -636,6 +636,38 @@ impl DockerSandbox {
     }
 }
 
+#[async_trait]
+impl ShellHost for DockerSandbox {
+    type Link = DockerLink;
+
+    async fn fresh_shell(&self) -> Result<PersistentShell<DockerLink>, SandboxError> {
+        self.start_shell().await
+    }
+
+    fn note_group(&self, pgid: i32) {
+        self.process_groups
+            .lock()
+            .expect("lock poisoned")
+            .push(pgid);
+    }
+
+    async fn kill_command_group(&self, pgid: i32) {
+        self.kill_group(pgid).await;
+    }
+
+    fn keep_cwd(&self, cwd: String) {
+        *self.cwd.lock().expect("lock poisoned") = cwd;
+    }
+
+    fn shell_cannot_start(&self, code: Option<i32>) {
+        warn!(
+            "the persistent shell in {} cannot start (exit {code:?}); running its commands one exec each",
+            self.name()
+        );
+        self.shell_unavailable.store(true, Relaxed);
+    }
+}
+
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
 async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
@@ -691,61 +723,8 @@ impl Sandbox for DockerSandbox {
         if !frameable(&cwd, &request.command) || self.shell_unavailable.load(Relaxed) {
             return self.exec_one_shot_in(cwd, request).await;
         }
-        for fresh in [false, true] {
-            if slot.as_ref().is_none_or(|s| !s.in_sync()) {
-                *slot = Some(self.start_shell().await?);
-            }
-            let shell = slot.as_mut().expect("a shell was just started");
-            let deadline = Instant::now() + request.timeout;
-            let outcome = shell
-                .run(
-                    &cwd,
-                    &request.command,
-                    request.output_limit,
-                    deadline,
-                    |pgid| {
-                        self.process_groups
-                            .lock()
-                            .expect("lock poisoned")
-                            .push(pgid)
-                    },
-                )
-                .await;
-            match outcome {
-                Outcome::Done { output, code, cwd } => {
-                    if let (Some(cwd), None) = (cwd, &request.workdir) {
-                        *self.cwd.lock().expect("lock poisoned") = cwd;
-                    }
-                    return Ok(ExecOutput::finished(output, code));
-                }
-                Outcome::TimedOut { output, pgid } => {
-                    if let Some(pgid) = pgid {
-                        self.kill_group(pgid).await;
-                    }
-                    if !shell.settle().await {
-                        warn!("the persistent shell did not report a killed command's end; starting a fresh one");
-                        *slot = None;
-                    }
-                    return Ok(ExecOutput::killed_by_deadline(output, request.timeout));
-                }
-                Outcome::Died {
-                    output,
-                    started,
-                    code,
-                } => {
-                    *slot = None;
-                    if started {
-                        return Ok(ExecOutput::finished(output, code.unwrap_or(-1)));
-                    }
-                    if fresh {
-                        warn!(
-                            "the persistent shell in {} cannot start (exit {code:?}); running its commands one exec each",
-                            self.name()
-                        );
-                        self.shell_unavailable.store(true, Relaxed);
-                    }
-                }
-            }
+        if let Some(out) = run_in_shell(self, &mut slot, &cwd, &request).await? {
+            return Ok(out);
         }
         drop(slot);
         self.exec_one_shot_in(cwd, request).await
