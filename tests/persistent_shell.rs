@@ -3,7 +3,8 @@
 //! kept), a command reading stdin gets end of file rather than the framing channel, output
 //! that contains the framing bytes is passed through verbatim and cannot forge a report,
 //! `reset_processes` kills the shell and what commands left running, and `exec_one_shot`
-//! runs outside the persistent shell.
+//! runs outside the persistent shell. A command can write frames into its own shell's stdin
+//! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass.
 
 mod common;
 
@@ -80,6 +81,7 @@ both_backends!(
     reset_processes_kills_the_shell_and_what_commands_left_running,
     one_shot_commands_run_outside_the_persistent_shell,
     a_daemons_later_output_does_not_reach_the_next_call,
+    a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires,
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
@@ -211,4 +213,39 @@ async fn a_daemons_later_output_does_not_reach_the_next_call(s: Arc<dyn Sandbox>
     assert_eq!(code, 0);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(run(&*s, "echo next").await, (0, "next\n".to_owned()));
+}
+
+async fn a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires(s: Arc<dyn Sandbox>) {
+    use hermes_env::sandbox::tripwire::{inspect, Armed};
+    let armed = Armed::now();
+    // The frame runs as soon as this command ends and holds the shell, printing nothing: the
+    // checks that run in the shell would wait behind it and see only its output.
+    let queue =
+        r#"printf '%s\0%s\0%s\0' "$PWD" 'touch ~/jam; sleep 300' n0 > /proc/$$/fd/0; echo queued"#;
+    assert_eq!(run(&*s, queue).await, (0, "queued\n".to_owned()));
+    let mut jammed = false;
+    for _ in 0..50 {
+        let seen = s
+            .exec_one_shot(req("test -e ~/jam && echo yes"))
+            .await
+            .expect("one-shot");
+        if seen.output.trim() == "yes" {
+            jammed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        jammed,
+        "the queued frame did not run: the shell's stdin was not writable"
+    );
+    match inspect(&*s, &SandboxSpec::default(), &armed, &[]).await {
+        Ok(wires) => assert!(
+            wires
+                .iter()
+                .any(|w| w.contains("outlived the agent phase") && w.contains("sleep 300")),
+            "the held shell passed the tripwires: {wires:?}"
+        ),
+        Err(e) => assert!(e.to_string().contains("did not finish within 30 s"), "{e}"),
+    }
 }

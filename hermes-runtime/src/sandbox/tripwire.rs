@@ -140,10 +140,28 @@ pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
 ) -> Result<Vec<String>, SandboxError> {
     let keep: Vec<String> = keep.iter().map(u32::to_string).collect();
     let command = format!("keep=' {} '\n{LEFTOVER_SCRIPT}", keep.join(" "));
+    let out = wire_exec(sandbox, command).await?;
+    Ok(lines(&out.output))
+}
+
+/// Runs one wire's command. One that does not finish in time found nothing it can vouch for
+/// (its output may be someone else's: a command the agent queued in its own shell, through the
+/// shell's stdin, runs first and can hold the shell past the deadline), so it is an error, never
+/// a clean result.
+async fn wire_exec<S: Sandbox + ?Sized>(
+    sandbox: &S,
+    command: String,
+) -> Result<super::ExecOutput, SandboxError> {
     let out = sandbox
         .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
         .await?;
-    Ok(lines(&out.output))
+    if out.timed_out {
+        return Err(SandboxError::Io(format!(
+            "a tripwire check did not finish within {} s in the sandbox",
+            WIRE_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(out)
 }
 
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
@@ -468,9 +486,7 @@ async fn found(sandbox: &dyn Sandbox, find: String) -> Result<Vec<String>, Sandb
     let command = format!(
         "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {find}; exit 0"
     );
-    let out = sandbox
-        .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
-        .await?;
+    let out = wire_exec(sandbox, command).await?;
     if out.exit_code != 0 {
         tracing::warn!(
             "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
