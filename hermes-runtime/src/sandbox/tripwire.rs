@@ -179,7 +179,7 @@ pub(crate) fn kill_local_leftovers(
 ) -> Vec<String> {
     let marker = format!("HOME={}", home.display());
     let me = std::process::id();
-    let mut killed = Vec::new();
+    let (mut killed, mut killed_pids) = (Vec::new(), Vec::new());
     for _round in 0..3 {
         let table = birth.processes_since();
         let kept = |pid: u32| {
@@ -196,13 +196,18 @@ pub(crate) fn kill_local_leftovers(
             false
         };
         let carries_home = |pid: u32| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .map(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
-                .unwrap_or(false)
+            environment(pid)
+                .is_some_and(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
         };
         let mut found = false;
         for p in &table {
-            if p.pid == me || skip.contains(&p.pid) || p.zombie {
+            // Kernel threads (children of kthreadd, pid 2) have no environment to read.
+            let kernel = p.pid == 2 || p.ppid == 2;
+            if p.pid == me || skip.contains(&p.pid) || p.zombie || kernel {
+                continue;
+            }
+            if killed_pids.contains(&p.pid) {
+                // Killed in an earlier round and not reaped yet.
                 continue;
             }
             let ours =
@@ -214,6 +219,7 @@ pub(crate) fn kill_local_leftovers(
             // SAFETY: kill(2) on a pid; no memory is touched.
             if unsafe { libc::kill(p.pid as i32, libc::SIGKILL) } == 0 {
                 killed.push(format!("{} {command}", p.pid));
+                killed_pids.push(p.pid);
                 found = true;
             }
         }
@@ -222,6 +228,20 @@ pub(crate) fn kill_local_leftovers(
         }
     }
     killed
+}
+
+/// The environment block of `pid` (`None` when it is gone or not ours to read). A process in
+/// the middle of `execve` shows an empty one for a moment (a `nohup setsid bash …` chain did in
+/// 4 % of reads here), so an empty block is read again, for up to 100 ms, before it is believed.
+fn environment(pid: u32) -> Option<Vec<u8>> {
+    for _ in 0..20 {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        if !env.is_empty() {
+            return Some(env);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Some(Vec::new())
 }
 
 /// When a local sandbox was made, as its leftover scan needs it: no process started earlier
