@@ -5,8 +5,10 @@
 //! `ensure_ascii=False`, Python's `", "`/`": "` separators. Also the template inputs: tool-call
 //! arguments decoded to objects, as the inference servers pass them.
 
-use minijinja::value::{Kwargs, Value, ValueKind};
-use minijinja::{Environment, Error, ErrorKind};
+use std::sync::{Arc, Mutex};
+
+use minijinja::value::{DynObject, Enumerator, Kwargs, Object, ObjectRepr, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, State};
 
 /// A template environment with transformers' semantics, holding `template` as `chat`.
 pub fn environment(template: String) -> Result<Environment<'static>, Error> {
@@ -97,7 +99,88 @@ pub fn python_dumps(value: &Value) -> Result<String, Error> {
     Ok(out)
 }
 
+/// `value` as a template value that keeps what `tojson` made of it (per set of options and
+/// nesting depth), for values rendered again and again unchanged (a run's tool schemas). It
+/// behaves as `value` does in every other respect.
+pub fn json_memo(value: Value) -> Value {
+    match value.as_object() {
+        Some(inner) => Value::from_object(JsonMemo {
+            inner: inner.clone(),
+            texts: Mutex::new(Vec::new()),
+        }),
+        None => value,
+    }
+}
+
+/// See [`json_memo`].
+#[derive(Debug)]
+struct JsonMemo {
+    inner: DynObject,
+    texts: Mutex<Vec<(PyJson, usize, Arc<str>)>>,
+}
+
+impl JsonMemo {
+    fn write(&self, style: &PyJson, out: &mut String, depth: usize) -> Result<(), Error> {
+        let known = self
+            .texts
+            .lock()
+            .expect("tojson memo poisoned")
+            .iter()
+            .find_map(|(s, d, text)| (s == style && *d == depth).then(|| text.clone()));
+        let text = match known {
+            Some(text) => text,
+            None => {
+                let mut fresh = String::new();
+                style.write(
+                    &mut fresh,
+                    &Value::from_dyn_object(self.inner.clone()),
+                    depth,
+                )?;
+                let text: Arc<str> = fresh.into();
+                let mut texts = self.texts.lock().expect("tojson memo poisoned");
+                texts.push((style.clone(), depth, text.clone()));
+                text
+            }
+        };
+        out.push_str(&text);
+        Ok(())
+    }
+}
+
+impl Object for JsonMemo {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        self.inner.repr()
+    }
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.inner.get_value(key)
+    }
+    fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
+        self.inner.get_value_by_str(key)
+    }
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        self.inner.enumerate()
+    }
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        self.inner.enumerator_len()
+    }
+    fn is_true(self: &Arc<Self>) -> bool {
+        self.inner.is_true()
+    }
+    fn call_method(
+        self: &Arc<Self>,
+        state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        self.inner.call_method(state, method, args)
+    }
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.render(f)
+    }
+}
+
 /// The options of one `json.dumps` call.
+#[derive(Debug, Clone, PartialEq)]
 struct PyJson {
     ensure_ascii: bool,
     sort_keys: bool,
@@ -108,6 +191,9 @@ struct PyJson {
 
 impl PyJson {
     fn write(&self, out: &mut String, v: &Value, depth: usize) -> Result<(), Error> {
+        if let Some(memo) = v.downcast_object_ref::<JsonMemo>() {
+            return memo.write(self, out, depth);
+        }
         match v.kind() {
             ValueKind::Undefined | ValueKind::None => out.push_str("null"),
             ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -282,6 +368,37 @@ mod tests {
             .unwrap()
             .render(Value::from(minijinja::value::Serde(&ctx)))
             .unwrap()
+    }
+
+    #[test]
+    fn a_memoised_value_renders_as_the_plain_value_in_every_use() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "terminal", "parameters": {"x": [1, 2.5]}}},
+            {"type": "function", "function": {"name": "read_file", "description": "é \"q\""}}
+        ]);
+        let template = "{{ tools | tojson }}|{{ tools | length }}|{% for t in tools %}\
+            {{ t.function.name }}={{ t['type'] }}:{{ t | tojson }};{{ t | tojson(indent=2) }};\
+            {% for k, v in t.items() %}{{ k }}{% endfor %}{{ t is mapping }}{% endfor %}|\
+            {{ tools[1].function }}|{{ tools[0].function.parameters.x | tojson(sort_keys=True) }}";
+        let env = environment(template.into()).unwrap();
+        let render = |tools: Value| {
+            env.get_template("chat")
+                .unwrap()
+                .render(minijinja::context! { tools => tools })
+                .unwrap()
+        };
+        let plain = render(Value::from(minijinja::value::Serde(&tools)));
+        let each: Vec<Value> = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| json_memo(Value::from(minijinja::value::Serde(t))))
+            .collect();
+        let memo = json_memo(Value::from(each));
+        assert_eq!(render(memo.clone()), plain);
+        // Again, from the memo.
+        assert_eq!(render(memo), plain);
+        assert!(plain.contains(r#"[{"type": "function", "function": {"name": "terminal""#));
     }
 
     #[test]

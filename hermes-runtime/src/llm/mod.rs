@@ -9,6 +9,7 @@ pub mod generate;
 mod health;
 mod http;
 pub mod managed;
+mod pieces;
 mod pool;
 mod retry;
 mod route;

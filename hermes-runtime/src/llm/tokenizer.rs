@@ -6,12 +6,14 @@
 //! prompts go through.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use minijinja::value::Serde;
 use minijinja::Environment;
 use serde_json::{Map, Value};
 
 use super::chat_template;
+use super::pieces::PieceEncoder;
 
 use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
 
@@ -62,6 +64,11 @@ pub struct ChatTokenizer {
     /// Extra template variables (`enable_thinking`, …), passed on every render.
     template_kwargs: Map<String, Value>,
     source: String,
+    /// Encodes rendered chats piece by piece with a memo, where that cannot change a token.
+    pieces: Option<PieceEncoder>,
+    /// The tool schemas of the last chat prepared, as template values (their `tojson` text
+    /// kept with them): every chat of a run has the same.
+    last_tools: Mutex<Option<(Vec<Value>, minijinja::Value)>>,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -129,6 +136,8 @@ impl ChatTokenizer {
         let eos_token = token_text(config.get("eos_token"));
         let eos_id = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t));
         Ok(ChatTokenizer {
+            pieces: PieceEncoder::new(&tokenizer),
+            last_tools: Mutex::new(None),
             tokenizer,
             templates,
             bos_token: token_text(config.get("bos_token")),
@@ -267,7 +276,10 @@ impl ChatTokenizer {
     /// Token ids of a rendered chat: `add_special_tokens=False`, as transformers'
     /// `apply_chat_template(tokenize=True)` encodes (the template writes its own BOS).
     pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        self.encode(text, false)
+        match &self.pieces {
+            Some(_) => Ok(self.encode_rendered_with_starts(text)?.0),
+            None => self.encode(text, false),
+        }
     }
 
     /// [`Self::encode_rendered`] plus the byte offset in `text` where each token starts.
@@ -275,6 +287,11 @@ impl ChatTokenizer {
         &self,
         text: &str,
     ) -> Result<(Vec<u32>, Vec<usize>), TokenizerError> {
+        if let Some(pieces) = &self.pieces {
+            return pieces
+                .encode(&self.tokenizer, text)
+                .map_err(|e| TokenizerError::Codec(e.to_string()));
+        }
         let encoding = self
             .tokenizer
             .encode(text, false)
@@ -337,8 +354,27 @@ impl ChatTokenizer {
                 .iter()
                 .map(|m| minijinja::Value::from(Serde(m)))
                 .collect(),
-            tools: tools.map(|t| minijinja::Value::from(Serde(t))),
+            tools: tools.map(|t| self.template_tools(t)),
         }
+    }
+
+    /// `tools` as template values, the last run's when they are the same: each tool and the
+    /// list keep the text `tojson` made of them ([`chat_template::json_memo`]), so the schemas
+    /// are serialised once per run rather than in every render.
+    fn template_tools(&self, tools: &[Value]) -> minijinja::Value {
+        let mut last = self.last_tools.lock().expect("tool cache poisoned");
+        if let Some((schemas, prepared)) = last.as_ref() {
+            if schemas.as_slice() == tools {
+                return prepared.clone();
+            }
+        }
+        let each: Vec<minijinja::Value> = tools
+            .iter()
+            .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
+            .collect();
+        let prepared = chat_template::json_memo(minijinja::Value::from(each));
+        *last = Some((tools.to_vec(), prepared.clone()));
+        prepared
     }
 
     /// [`Self::render`] of the first `n` messages of a prepared chat.

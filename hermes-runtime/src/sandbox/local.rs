@@ -26,10 +26,10 @@ use super::persistent::{
 };
 use super::process_groups::{kill_group, ProcessGroups};
 use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use super::tripwire::Birth;
+use super::tripwire::{Birth, WIRE_TIMEOUT};
 use super::{
-    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
-    Transfer,
+    CappedOutput, ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider,
+    SandboxSpec, Transfer,
 };
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
@@ -624,6 +624,11 @@ impl Sandbox for LocalSandbox {
             ))
         })
         .await
+    }
+
+    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
+        let (scan, home) = (scan.clone(), self.dir.clone());
+        blocking(move || scan.walk(&home, WIRE_TIMEOUT).map(Some)).await
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

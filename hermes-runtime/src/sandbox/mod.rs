@@ -8,6 +8,7 @@
 mod archive;
 mod backend;
 mod bounded;
+mod change_scan;
 pub mod docker;
 mod links;
 mod local;
@@ -28,6 +29,7 @@ use async_trait::async_trait;
 
 pub use backend::{start_backend, Backend, StartedBackend};
 pub use bounded::READ_LIMIT;
+pub use change_scan::ChangeScan;
 pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
 pub use local::{LocalProvider, LocalSandbox};
 pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
@@ -236,6 +238,12 @@ pub trait Sandbox: Send + Sync {
     /// inside (`docker diff`: an agent cannot hide a change from it); `None` when the backend
     /// cannot tell.
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+        Ok(None)
+    }
+    /// Runs a tripwire file scan without a process in the sandbox, where the backend sees its
+    /// files from here; `None` when it cannot (the wire then runs the scan as `find` inside).
+    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
+        let _ = scan;
         Ok(None)
     }
 }

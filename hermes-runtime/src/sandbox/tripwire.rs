@@ -9,10 +9,11 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::change_scan::{ChangeScan, FOUND_MAX};
 use super::{ExecRequest, Sandbox, SandboxError, SandboxSpec};
 
-/// Deadline of each tripwire command.
-const WIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Deadline of each tripwire command or scan.
+pub(crate) const WIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most paths or processes named in one wire's message.
 const SHOWN: usize = 8;
 
@@ -487,24 +488,30 @@ pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
 
 /// Standard-library shadows the agent created directly in its home.
 async fn shadows(sandbox: &dyn Sandbox, armed: &Armed) -> Result<Vec<String>, SandboxError> {
-    let tests: Vec<String> = SHADOWED_MODULES
+    let names = SHADOWED_MODULES
         .iter()
-        .flat_map(|m| [format!("-name {m}.py"), format!("-name {m}")])
+        .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
         .collect();
-    let command = format!(
-        "find \"$HOME\" -mindepth 1 -maxdepth 1 \\( {} \\) -newerct @{} -print 2>/dev/null",
-        tests.join(" -o "),
-        armed.epoch_seconds()
-    );
-    found(sandbox, command).await
+    let scan = ChangeScan {
+        roots: vec!["~".to_owned()],
+        names,
+        top_level: true,
+        since: armed.epoch_seconds(),
+    };
+    found(sandbox, &scan).await
 }
 
-/// Runs a `find` command of the wires and returns the paths it printed. A sandbox without
-/// `find` cannot be scanned: one WARN line says so and the scan finds nothing (on Docker the
-/// engine's change list still covers the system directories, and deleting `find` is a change).
-async fn found(sandbox: &dyn Sandbox, find: String) -> Result<Vec<String>, SandboxError> {
+/// Runs a scan of the wires: in this process where the backend can ([`Sandbox::scan_changes`]),
+/// else as `find` in the sandbox. A sandbox without `find` cannot be scanned: one WARN line
+/// says so and the scan finds nothing (on Docker the engine's change list still covers the
+/// system directories, and deleting `find` is a change).
+async fn found(sandbox: &dyn Sandbox, scan: &ChangeScan) -> Result<Vec<String>, SandboxError> {
+    if let Some(paths) = sandbox.scan_changes(scan).await? {
+        return Ok(paths);
+    }
     let command = format!(
-        "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {find}; exit 0"
+        "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {}; exit 0",
+        scan.find_command()
     );
     let out = wire_exec(sandbox, command).await?;
     if out.exit_code != 0 {
@@ -515,7 +522,7 @@ async fn found(sandbox: &dyn Sandbox, find: String) -> Result<Vec<String>, Sandb
         return Ok(Vec::new());
     }
     let mut paths = lines(&out.output);
-    paths.truncate(200);
+    paths.truncate(FOUND_MAX);
     Ok(paths)
 }
 
@@ -530,28 +537,18 @@ async fn changed_since(
     if roots.is_empty() {
         return Ok(Vec::new());
     }
-    let roots: Vec<String> = roots
-        .iter()
-        .map(|r| match r.strip_prefix('~') {
-            Some(rest) => format!("\"$HOME\"{}", shell_quote(rest)),
-            None => shell_quote(r),
-        })
-        .collect();
     let names = if hooks_only {
-        let tests: Vec<String> = HOOK_NAMES
-            .iter()
-            .map(|n| format!("-name {}", shell_quote(n)))
-            .collect();
-        format!("\\( {} \\)", tests.join(" -o "))
+        HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect()
     } else {
-        String::new()
+        Vec::new()
     };
-    let command = format!(
-        "find {} -xdev \\( -name __pycache__ -prune \\) -o {names} -newerct @{} -print 2>/dev/null",
-        roots.join(" "),
-        armed.epoch_seconds()
-    );
-    found(sandbox, command).await
+    let scan = ChangeScan {
+        roots: roots.to_vec(),
+        names,
+        top_level: false,
+        since: armed.epoch_seconds(),
+    };
+    found(sandbox, &scan).await
 }
 
 fn lines(output: &str) -> Vec<String> {
@@ -574,11 +571,6 @@ fn shown(items: &[String]) -> String {
         text.push_str(&format!("; … {} more", items.len() - SHOWN));
     }
     text
-}
-
-/// Single-quotes `s` for a POSIX shell.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]
@@ -663,10 +655,5 @@ mod tests {
             ..SandboxSpec::default()
         };
         assert!(watched_changes(&paths, &open).is_empty());
-    }
-
-    #[test]
-    fn quoting_survives_quotes() {
-        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 
-use super::{ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+use super::{ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
 
 /// The first infrastructure failure seen, shared by a [`super::TaskSandbox`] and its sandbox.
 pub(crate) type FailureRecord = Arc<OnceLock<String>>;
@@ -69,6 +69,9 @@ impl Sandbox for Watched {
     }
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         self.seen(self.inner.changed_paths().await)
+    }
+    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
+        self.seen(self.inner.scan_changes(scan).await)
     }
     /// Teardown failures happen after the rollout's data is complete: not recorded.
     async fn teardown(&self) -> Result<(), SandboxError> {

@@ -20,7 +20,8 @@ use tracing::{info, warn};
 use super::lifecycle::remove_live_at;
 use super::{reaper, DockerProvider, DockerSettings};
 use crate::sandbox::{
-    ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec, Transfer,
+    ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    Transfer,
 };
 
 /// How often each host is asked whether it is alive.
@@ -377,6 +378,9 @@ impl Sandbox for PlacedSandbox {
     }
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         self.guarded(self.inner.changed_paths()).await
+    }
+    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
+        self.guarded(self.inner.scan_changes(scan)).await
     }
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         self.guarded(self.inner.read_file(path)).await

@@ -1,0 +1,280 @@
+//! The tripwires' file scans: the paths under some roots whose inode changed since the agent
+//! phase began (ctime, which `touch` cannot set back), all of them or only some names. A
+//! backend that sees the sandbox's files from this process walks them here
+//! ([`ChangeScan::walk`]: the local backend, no child process per scan); the others run the
+//! same scan as a `find` command in the sandbox ([`ChangeScan::find_command`]).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::SandboxError;
+
+/// Paths one scan reports at most.
+pub const FOUND_MAX: usize = 200;
+
+/// One scan: `roots` (`~` is the sandbox's home), the names wanted (empty: every path), how
+/// deep, and the epoch second the agent phase began.
+#[derive(Debug, Clone)]
+pub struct ChangeScan {
+    /// Where to look; a root starting with `~` is under the home.
+    pub roots: Vec<String>,
+    /// File names wanted (`find -name` patterns: a literal, or `*suffix`); empty for all.
+    pub names: Vec<String>,
+    /// Only the roots' direct entries (the roots themselves are not reported); otherwise the
+    /// whole trees, on the roots' own filesystems, without `__pycache__` directories.
+    pub top_level: bool,
+    /// Changes after this epoch second count.
+    pub since: u64,
+}
+
+impl ChangeScan {
+    /// The scan as a `find` command for the sandbox's shell (paths one per line; `$HOME` is
+    /// the sandbox's home).
+    pub fn find_command(&self) -> String {
+        let roots: Vec<String> = self
+            .roots
+            .iter()
+            .map(|r| match r.strip_prefix('~') {
+                Some(rest) => format!("\"$HOME\"{}", shell_quote(rest)),
+                None => shell_quote(r),
+            })
+            .collect();
+        let names = if self.names.is_empty() {
+            String::new()
+        } else {
+            let tests: Vec<String> = self
+                .names
+                .iter()
+                .map(|n| format!("-name {}", shell_quote(n)))
+                .collect();
+            format!("\\( {} \\) ", tests.join(" -o "))
+        };
+        let scope = if self.top_level {
+            "-mindepth 1 -maxdepth 1".to_owned()
+        } else {
+            "-xdev \\( -name __pycache__ -prune \\) -o".to_owned()
+        };
+        format!(
+            "find {} {scope} {names}-newerct @{} -print 2>/dev/null",
+            roots.join(" "),
+            self.since
+        )
+    }
+
+    /// The scan run in this process over the sandbox's files (`home` is its `~`), as `find`
+    /// runs it: links are not followed, unreadable directories are passed over. A walk that
+    /// takes longer than `deadline` is an error, as a `find` past its deadline is.
+    pub fn walk(&self, home: &Path, deadline: Duration) -> Result<Vec<String>, SandboxError> {
+        let until = Instant::now() + deadline;
+        let mut found = Vec::new();
+        for root in &self.roots {
+            let shown = match root.strip_prefix('~') {
+                Some(rest) => format!("{}{rest}", home.display()),
+                None => root.clone(),
+            };
+            let on_disk = Path::new("/").join(&shown);
+            let Ok(meta) = std::fs::symlink_metadata(&on_disk) else {
+                continue;
+            };
+            let mut walk = Walk {
+                scan: self,
+                device: meta.dev(),
+                until,
+                found: &mut found,
+            };
+            if self.top_level {
+                walk.entries(&on_disk, &shown, 0)?;
+            } else {
+                walk.visit(&on_disk, &shown, &meta, 0)?;
+            }
+        }
+        found.truncate(FOUND_MAX);
+        Ok(found)
+    }
+
+    fn wanted(&self, name: &str) -> bool {
+        self.names.is_empty()
+            || self
+                .names
+                .iter()
+                .any(|pattern| match pattern.strip_prefix('*') {
+                    Some(suffix) => name.ends_with(suffix),
+                    None => name == pattern,
+                })
+    }
+
+    fn changed(&self, meta: &std::fs::Metadata) -> bool {
+        let since = i64::try_from(self.since).unwrap_or(i64::MAX);
+        meta.ctime() > since || (meta.ctime() == since && meta.ctime_nsec() > 0)
+    }
+}
+
+/// One root's walk.
+struct Walk<'a> {
+    scan: &'a ChangeScan,
+    device: u64,
+    until: Instant,
+    found: &'a mut Vec<String>,
+}
+
+impl Walk<'_> {
+    /// Depth of directories followed at most (a deeper tree is not the agent's to hide in:
+    /// `find` itself would stop at the path length limit).
+    const DEPTH_MAX: usize = 256;
+
+    fn visit(
+        &mut self,
+        path: &Path,
+        shown: &str,
+        meta: &std::fs::Metadata,
+        depth: usize,
+    ) -> Result<(), SandboxError> {
+        let name = Path::new(shown)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| shown.to_owned());
+        if name == "__pycache__" && meta.is_dir() {
+            return Ok(());
+        }
+        if self.scan.wanted(&name) && self.scan.changed(meta) && self.found.len() < FOUND_MAX {
+            self.found.push(shown.to_owned());
+        }
+        if meta.is_dir() && meta.dev() == self.device && depth < Self::DEPTH_MAX {
+            self.entries(path, shown, depth)?;
+        }
+        Ok(())
+    }
+
+    fn entries(&mut self, dir: &Path, shown: &str, depth: usize) -> Result<(), SandboxError> {
+        if Instant::now() > self.until {
+            return Err(SandboxError::Io(format!(
+                "a tripwire scan of {shown} did not finish in time"
+            )));
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            let name = entry.file_name();
+            let child_shown = format!("{shown}/{}", name.to_string_lossy());
+            if self.scan.top_level {
+                let name = name.to_string_lossy();
+                if self.scan.wanted(&name) && self.scan.changed(&meta) {
+                    self.found.push(child_shown);
+                }
+                continue;
+            }
+            self.visit(&entry.path(), &child_shown, &meta, depth + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// Single-quotes `s` for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// The scan both ways over the same tree: the walk and `find` in bash with `HOME` set.
+    fn both(scan: &ChangeScan, home: &Path) -> (Vec<String>, Vec<String>) {
+        let mut walked = scan.walk(home, Duration::from_secs(30)).unwrap();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(scan.find_command())
+            .env("HOME", home)
+            .current_dir("/")
+            .output()
+            .expect("bash");
+        let mut found: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        walked.sort();
+        found.sort();
+        (walked, found)
+    }
+
+    #[test]
+    fn the_walk_finds_what_find_finds() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::create_dir_all(h.join("pkg/__pycache__")).unwrap();
+        std::fs::create_dir_all(h.join("deep/er/_pytest")).unwrap();
+        for f in [
+            "conftest.py",
+            "pkg/evil.pth",
+            "pkg/__pycache__/conftest.py",
+            "deep/er/_pytest/x.py",
+            "json.py",
+            "notes.txt",
+            "deep/er/sitecustomize.py",
+        ] {
+            std::fs::write(h.join(f), "x").unwrap();
+        }
+        std::fs::create_dir(h.join("os")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib", h.join("linked")).unwrap();
+        let since = |secs_ago: u64| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                - secs_ago
+        };
+        let hooks = ChangeScan {
+            roots: vec!["~".into()],
+            names: ["conftest.py", "*.pth", "_pytest", "sitecustomize.py"]
+                .map(String::from)
+                .to_vec(),
+            top_level: false,
+            since: since(5),
+        };
+        let (walked, found) = both(&hooks, h);
+        assert_eq!(walked, found);
+        assert_eq!(walked.len(), 4, "{walked:?}");
+        let all = ChangeScan {
+            roots: vec!["~/deep".into(), "/nonexistent-root".into()],
+            names: Vec::new(),
+            ..hooks.clone()
+        };
+        let (walked, found) = both(&all, h);
+        assert_eq!(walked, found);
+        assert_eq!(walked.len(), 5, "{walked:?}");
+        // A walk past its deadline is an error, not a clean result.
+        let late = all.walk(h, Duration::ZERO).unwrap_err();
+        assert!(
+            late.to_string().contains("did not finish in time"),
+            "{late}"
+        );
+        let shadows = ChangeScan {
+            roots: vec!["~".into()],
+            names: ["json.py", "json", "os.py", "os", "deep"]
+                .map(String::from)
+                .to_vec(),
+            top_level: true,
+            since: since(5),
+        };
+        let (walked, found) = both(&shadows, h);
+        assert_eq!(walked, found);
+        assert_eq!(walked.len(), 3, "{walked:?}");
+        // Nothing changed after a second from now.
+        let later = ChangeScan {
+            since: since(0) + 2,
+            ..hooks
+        };
+        assert_eq!(both(&later, h), (Vec::new(), Vec::new()));
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+}
