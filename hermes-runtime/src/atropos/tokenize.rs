@@ -74,9 +74,12 @@ impl<'a> Rendered<'a> {
 
     /// Unmasks every token that starts in the byte range `[start, end)`.
     fn train(&self, masks: &mut [i64], start: usize, end: usize) {
-        for (k, &at) in self.starts.iter().enumerate() {
-            if at >= start && at < end {
-                masks[k] = i64::from(self.ids[k]);
+        // Token starts are in text order.
+        let first = self.starts.partition_point(|&at| at < start);
+        let last = self.starts.partition_point(|&at| at < end);
+        if last > first {
+            for (mask, &id) in masks[first..last].iter_mut().zip(&self.ids[first..last]) {
+                *mask = i64::from(id);
             }
         }
     }

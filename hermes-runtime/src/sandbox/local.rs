@@ -66,22 +66,38 @@ fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
     env
 }
 
-/// `program` looked up in the `PATH` of `env` once, as the child's own lookup would find it;
+/// `program` looked up in the `PATH` of `env`, as the child's own lookup would find it;
 /// `program` itself when no directory has it (the spawn then fails as before). An absolute
 /// program lets std start children with `posix_spawn` (no copy of this multi-threaded
-/// process's page tables per shell): with a changed `PATH` it must fork to search it.
+/// process's page tables per shell): with a changed `PATH` it must fork to search it. Every
+/// sandbox of a run has the same `PATH`, so a lookup is made once per `PATH` and program, not
+/// once per sandbox (a dozen `stat`s of missing files each, on a long `PATH`).
 fn program_in_path(env: &[(OsString, OsString)], program: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
+    type Found = Vec<(OsString, String, PathBuf)>;
+    static FOUND: Mutex<Found> = Mutex::new(Vec::new());
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_os_str());
-    std::env::split_paths(path.unwrap_or_default())
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut found = FOUND.lock().expect("program lookups poisoned");
+    if let Some((_, _, at)) = found.iter().find(|(p, n, _)| *p == path && n == program) {
+        return at.clone();
+    }
+    let at = std::env::split_paths(&path)
         .map(|dir| dir.join(program))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .unwrap_or_else(|| PathBuf::from(program))
+        });
+    let Some(at) = at else {
+        return PathBuf::from(program);
+    };
+    if found.len() >= 16 {
+        found.clear();
+    }
+    found.push((path, program.to_owned(), at.clone()));
+    at
 }
 
 /// Creates one scratch directory per task under a per-run root.

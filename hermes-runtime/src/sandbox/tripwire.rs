@@ -236,13 +236,25 @@ pub(crate) fn kill_local_leftovers(
 /// 4 % of reads here), so an empty block is read again, for up to 100 ms, before it is believed.
 fn environment(pid: u32) -> Option<Vec<u8>> {
     for _ in 0..20 {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let env = read_proc(&format!("/proc/{pid}/environ"))?;
         if !env.is_empty() {
             return Some(env);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     Some(Vec::new())
+}
+
+/// A `/proc` file in one read where it fits 4 KiB (they report no size, so `fs::read` would
+/// grow its buffer from 32 bytes over several reads).
+fn read_proc(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .ok()?
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
 }
 
 /// When a local sandbox was made, as its leftover scan needs it: no process started earlier
@@ -362,7 +374,9 @@ fn process_table(wanted: impl Fn(u32) -> bool) -> Vec<ProcessRow> {
 
 /// The `/proc/PID/stat` row of `pid`, when that process exists.
 pub(crate) fn process_row(pid: u32) -> Option<ProcessRow> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Lossy: a command name is any bytes the agent chose (`./$'\xff' &` must not hide).
+    let stat = read_proc(&format!("/proc/{pid}/stat"))?;
+    let stat = String::from_utf8_lossy(&stat);
     // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
     let mut fields = stat[stat.rfind(')')? + 2..].split_whitespace();
     let zombie = fields.next()? == "Z";
@@ -621,6 +635,38 @@ mod tests {
             child.kill().expect("kill");
             child.wait().expect("wait");
         }
+    }
+
+    #[test]
+    fn a_leftover_whose_name_is_not_utf8_is_found_and_killed() {
+        use std::os::unix::ffi::OsStrExt;
+        let home = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"\xff\xfe");
+        let program = home.path().join(name);
+        std::fs::copy("/bin/sleep", &program).unwrap();
+        let birth = Birth::now();
+        let mut child = std::process::Command::new(&program)
+            .arg("30")
+            .env("HOME", home.path())
+            .spawn()
+            .expect("the copied sleep");
+        let pid = child.id();
+        // Until the exec is done the name is still ours; wait for the agent's.
+        for _ in 0..200 {
+            let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.starts_with(b"\xff") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(process_row(pid).is_some(), "its /proc row is read");
+        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        let status = child.wait().unwrap();
+        assert!(
+            killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
+            "{killed:?}"
+        );
+        assert!(!status.success(), "killed, not finished: {status}");
     }
 
     #[test]
