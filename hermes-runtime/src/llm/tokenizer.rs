@@ -358,7 +358,7 @@ impl ChatTokenizer {
         }
     }
 
-    /// `tools` as template values, the last run's when they are the same: each tool and the
+    /// `tools` as template values, the last chat's when they are the same: each tool and the
     /// list keep the text `tojson` made of them ([`chat_template::json_memo`]), so the schemas
     /// are serialised once per run rather than in every render.
     fn template_tools(&self, tools: &[Value]) -> minijinja::Value {
