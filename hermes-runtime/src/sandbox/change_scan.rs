@@ -86,7 +86,10 @@ impl ChangeScan {
             if self.top_level {
                 walk.entries(&on_disk, &shown, 0)?;
             } else {
-                walk.visit(&on_disk, &shown, &meta, 0)?;
+                let name = Path::new(&shown)
+                    .file_name()
+                    .map_or_else(|| shown.clone(), |n| n.to_string_lossy().into_owned());
+                walk.visit(&on_disk, &shown, &name, &meta, 0)?;
             }
         }
         found.truncate(FOUND_MAX);
@@ -123,54 +126,58 @@ impl Walk<'_> {
     /// `find` itself would stop at the path length limit).
     const DEPTH_MAX: usize = 256;
 
+    /// `path` (shown as `shown`, named `name`) and, for a directory on the root's filesystem,
+    /// everything below it.
     fn visit(
         &mut self,
         path: &Path,
         shown: &str,
+        name: &str,
         meta: &std::fs::Metadata,
         depth: usize,
     ) -> Result<(), SandboxError> {
-        let name = Path::new(shown)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| shown.to_owned());
         if name == "__pycache__" && meta.is_dir() {
             return Ok(());
         }
-        if self.scan.wanted(&name) && self.scan.changed(meta) && self.found.len() < FOUND_MAX {
-            self.found.push(shown.to_owned());
-        }
+        self.report(name, shown, meta);
         if meta.is_dir() && meta.dev() == self.device && depth < Self::DEPTH_MAX {
             self.entries(path, shown, depth)?;
         }
         Ok(())
     }
 
+    /// The entries of `dir`: reported (top level only) or visited. The deadline is checked
+    /// per entry, so one huge directory cannot hold the walk past it.
     fn entries(&mut self, dir: &Path, shown: &str, depth: usize) -> Result<(), SandboxError> {
-        if Instant::now() > self.until {
-            return Err(SandboxError::Io(format!(
-                "a tripwire scan of {shown} did not finish in time"
-            )));
-        }
         let Ok(entries) = std::fs::read_dir(dir) else {
             return Ok(());
         };
         for entry in entries.flatten() {
+            if Instant::now() > self.until {
+                return Err(SandboxError::Io(format!(
+                    "a tripwire scan of {shown} did not finish in time"
+                )));
+            }
             let Ok(meta) = entry.metadata() else {
                 continue;
             };
             let name = entry.file_name();
-            let child_shown = format!("{shown}/{}", name.to_string_lossy());
+            let name = name.to_string_lossy();
+            let child_shown = format!("{shown}/{name}");
             if self.scan.top_level {
-                let name = name.to_string_lossy();
-                if self.scan.wanted(&name) && self.scan.changed(&meta) {
-                    self.found.push(child_shown);
-                }
-                continue;
+                self.report(&name, &child_shown, &meta);
+            } else {
+                self.visit(&entry.path(), &child_shown, &name, &meta, depth + 1)?;
             }
-            self.visit(&entry.path(), &child_shown, &meta, depth + 1)?;
         }
         Ok(())
+    }
+
+    /// Records `shown` when its name is wanted and its inode changed since the arming.
+    fn report(&mut self, name: &str, shown: &str, meta: &std::fs::Metadata) {
+        if self.scan.wanted(name) && self.scan.changed(meta) && self.found.len() < FOUND_MAX {
+            self.found.push(shown.to_owned());
+        }
     }
 }
 
