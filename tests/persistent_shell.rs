@@ -4,7 +4,8 @@
 //! that contains the framing bytes is passed through verbatim and cannot forge a report,
 //! `reset_processes` kills the shell and what commands left running, and `exec_one_shot`
 //! runs outside the persistent shell. A command can write frames into its own shell's stdin
-//! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass.
+//! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass. A
+//! command that is one plain program is `exec`ed by its subshell, with the same results.
 
 mod common;
 
@@ -82,6 +83,7 @@ both_backends!(
     one_shot_commands_run_outside_the_persistent_shell,
     a_daemons_later_output_does_not_reach_the_next_call,
     a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires,
+    a_plain_program_is_execed_with_the_results_bash_would_give,
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
@@ -248,4 +250,51 @@ async fn a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires(s: Arc
         ),
         Err(e) => assert!(e.to_string().contains("did not finish within 30 s"), "{e}"),
     }
+}
+
+async fn a_plain_program_is_execed_with_the_results_bash_would_give(s: Arc<dyn Sandbox>) {
+    run(&*s, "mkdir -p d; cd d").await;
+    let shell = shell_pid(&*s).await;
+    // `cat` reading its own stat line: exec'd, it is the shell's child and leads its own
+    // process group (forked from the subshell, its parent would be the subshell).
+    let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+    assert_eq!(code, 0, "{stat}");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let pid = stat.split_whitespace().next().unwrap_or_default();
+    assert_eq!(
+        (fields.get(1).copied(), fields.get(2).copied()),
+        (Some(shell.as_str()), Some(pid)),
+        "cat was not exec'd by its subshell: {stat}"
+    );
+    // Redirections, failures and a name that is not a program behave as in bash.
+    assert_eq!(run(&*s, "seq 1 3 > out.txt").await, (0, String::new()));
+    assert_eq!(run(&*s, "cat out.txt").await, (0, "1\n2\n3\n".to_owned()));
+    let (code, out) = run(&*s, "cat missing.txt 2>&1").await;
+    assert_eq!(
+        (code, out.as_str()),
+        (1, "cat: missing.txt: No such file or directory\n")
+    );
+    let (code, out) = run(&*s, "no-such-program-here x").await;
+    assert_eq!(code, 127, "{out}");
+    assert!(
+        out.contains("no-such-program-here: command not found"),
+        "{out}"
+    );
+    let (code, out) = run(&*s, "cat > /no/such/dir/f").await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("/no/such/dir/f: No such file or directory"),
+        "{out}"
+    );
+    // A long command with line breaks and multibyte text goes through the framing intact.
+    let text = "h\u{e9}llo \\ w\u{1e}rld\n".repeat(400);
+    let (code, out) = run(&*s, &format!("cat <<'EOF'\n{text}EOF")).await;
+    assert_eq!((code, out == text), (0, true), "{out:?}");
+    // The working directory is still the one the earlier `cd` left.
+    let (code, out) = run(&*s, "pwd").await;
+    assert_eq!((code, out.trim().ends_with("/d")), (0, true), "{out}");
 }

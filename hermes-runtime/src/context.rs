@@ -159,8 +159,9 @@ impl ToolContext {
         isolated: bool,
     ) -> Result<TerminalOutput, SandboxError> {
         let sandbox = self.sandbox.get().await?;
-        let request =
-            ExecRequest::new(format!("{CLEAN_PREAMBLE}\n{command}"), timeout).with_workdir("~");
+        let request = ExecRequest::new(command, timeout)
+            .with_preamble(CLEAN_PREAMBLE)
+            .with_workdir("~");
         let out = if isolated {
             sandbox.exec_one_shot(request).await?
         } else {

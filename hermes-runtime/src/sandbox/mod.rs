@@ -47,6 +47,10 @@ pub struct ExecRequest {
     pub workdir: Option<String>,
     /// Character budget of the returned output.
     pub output_limit: usize,
+    /// How many leading bytes of `command` are the framework's own complete script that
+    /// prepares the command (0: none). The persistent shell runs it on its own first, so the
+    /// rest can still be `exec`ed when it is one plain program; other backends run the whole.
+    pub preamble_len: usize,
 }
 
 impl ExecRequest {
@@ -57,7 +61,16 @@ impl ExecRequest {
             timeout,
             workdir: None,
             output_limit: OUTPUT_LIMIT_CHARS,
+            preamble_len: 0,
         }
+    }
+
+    /// The same command run after `preamble`, a complete script of the framework's own
+    /// (a line of its own before the command).
+    pub fn with_preamble(mut self, preamble: &str) -> Self {
+        self.command = format!("{preamble}\n{}", self.command);
+        self.preamble_len = preamble.len() + 1;
+        self
     }
 
     /// The same request run in `workdir` (the shell's persistent directory is left alone).

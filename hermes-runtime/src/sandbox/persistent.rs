@@ -10,6 +10,17 @@
 //! the shell writes the command's end marker (a fresh nonce per command) on the output
 //! channel, after everything the command printed. Only the working directory persists between
 //! commands (the subshell writes it to a state file on exit), as with the one-shot wrapper.
+//!
+//! A command that is one external program with its arguments and redirections
+//! ([`exec_word`]) is `exec`ed by its subshell instead of forked once more: bash never does that
+//! itself for an `eval`ed command, and the subshell's exit trap (which records the working
+//! directory) would prevent it anyway. Such a command cannot change the shell's working
+//! directory, so the subshell records it just before the `exec`. The frame's nonce field then
+//! carries the program's name (`<nonce>:<name>`); the subshell falls back to the usual path
+//! when the name is not found on `PATH` (bash's own "command not found") or when the shell has
+//! any function at all (imported from the environment: it could shadow the program). A
+//! request's preamble (`ExecRequest::with_preamble`, the verifier's clean context) travels as
+//! a field of its own and runs first, so the command after it can still be `exec`ed.
 
 use std::time::Duration;
 
@@ -26,27 +37,49 @@ use super::{CappedOutput, ExecOutput, ExecRequest, SandboxError};
 const SCRIPT: &str = r#"exec 3>&2 2>/dev/null
 set -m
 trap : TERM INT HUP QUIT
-for hermes_s in "$@"; do : >"$hermes_s" 2>/dev/null && break; hermes_s=; done
+for hermes_s in "$@"; do : >"$hermes_s" && break; hermes_s=; done
 [ -n "$hermes_s" ] || exit 97
+declare -F >"$hermes_s"
+hermes_f=
+IFS= read -r -d '' hermes_f <"$hermes_s"
 printf -v hermes_q %q "$hermes_s"
-hermes_t="pwd -P >$hermes_q 2>/dev/null || pwd >$hermes_q"
-while IFS= read -r -d '' hermes_c && IFS= read -r -d '' hermes_d && IFS= read -r -d '' hermes_n && [ -n "$hermes_n" ]; do
+hermes_t="{ pwd -P || pwd; } >$hermes_q 2>/dev/null"
+while IFS= read -r -d '' hermes_c; do
+  hermes_a= hermes_x=
+  case $hermes_c in
+  =*)
+    hermes_l=${hermes_c#=}
+    LC_ALL=C IFS= read -r -N "${hermes_l%%,*}" hermes_c || break
+    hermes_l=${hermes_l#*,}
+    LC_ALL=C IFS= read -r -N "${hermes_l%%,*}" hermes_a || break
+    hermes_l=${hermes_l#*,}
+    LC_ALL=C IFS= read -r -N "${hermes_l%%,*}" hermes_d || break
+    LC_ALL=C IFS= read -r -N "${hermes_l#*,}" hermes_n || break;;
+  *) IFS= read -r -d '' hermes_d && IFS= read -r -d '' hermes_n || break;;
+  esac
+  [ -n "$hermes_n" ] || break
+  case $hermes_n in *:*) hermes_x=${hermes_n#*:}; hermes_n=${hermes_n%%:*};; esac
   : >"$hermes_s"
   (
     set +m
-    trap - TERM INT HUP QUIT
-    trap "$hermes_t" EXIT
     cd -- "$hermes_c" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /
-    unset hermes_s hermes_q hermes_t hermes_c hermes_n hermes_p hermes_r hermes_w
+    eval "$hermes_a"
+    if [ -n "$hermes_x" ] && [ -z "$hermes_f" ] && hash -- "$hermes_x" 2>/dev/null; then
+      eval "$hermes_t"
+      hermes_d="exec -- $hermes_d"
+    else
+      trap "$hermes_t" EXIT
+    fi
+    unset hermes_s hermes_q hermes_t hermes_c hermes_n hermes_p hermes_r hermes_w hermes_x hermes_a hermes_f hermes_l
     set --
     eval "$hermes_d"
   ) </dev/null >&3 2>&3 3>&- &
   hermes_p=$!
   printf 'P%s\0' "$hermes_p"
   wait "$hermes_p"; hermes_r=$?
-  while kill -0 "$hermes_p" 2>/dev/null; do wait "$hermes_p"; hermes_r=$?; done
+  while kill -0 "$hermes_p"; do wait "$hermes_p"; hermes_r=$?; done
   hermes_w=
-  IFS= read -r -d '' hermes_w <"$hermes_s" 2>/dev/null
+  IFS= read -r -d '' hermes_w <"$hermes_s"
   printf '\036%s\036' "$hermes_n" >&3
   printf 'X%s\0%s\0' "$hermes_r" "${hermes_w%$'\n'}"
 done
@@ -70,6 +103,143 @@ pub(crate) fn shell_argv(state_files: &[String]) -> Vec<String> {
 /// a command takes the one-shot path, which reports the error as before).
 pub(crate) fn frameable(cwd: &str, command: &str) -> bool {
     !cwd.contains('\0') && !command.contains('\0')
+}
+
+/// The frame of one command: a header `=<cwd>,<preamble>,<command>,<nonce field>` with the
+/// byte lengths of the four fields that follow it unterminated, so the shell reads each with
+/// one `read -N` instead of one system call per byte (bash reads a pipe byte by byte when it
+/// looks for a delimiter). The nonce field is `<nonce>:<program>` when [`exec_word`] finds the
+/// command `exec`able. (The shell also takes the older frame of three NUL-terminated fields,
+/// cwd, command and nonce.)
+fn frame(cwd: &str, request: &ExecRequest, nonce: &str) -> Vec<u8> {
+    let (preamble, command) = request.command.split_at(request.preamble_len);
+    let nonce_field = match exec_word(command) {
+        Some(word) => format!("{nonce}:{word}"),
+        None => nonce.to_owned(),
+    };
+    let fields = [cwd, preamble, command, &nonce_field];
+    let lengths: Vec<String> = fields.iter().map(|f| f.len().to_string()).collect();
+    let mut frame = format!("={}\0", lengths.join(",")).into_bytes();
+    for field in fields {
+        frame.extend_from_slice(field.as_bytes());
+    }
+    frame
+}
+
+/// Bash's builtins and reserved words (bash 5.2, a superset of older versions'): a command
+/// starting with one of them is never `exec`ed.
+const NOT_PROGRAMS: &[&str] = &[
+    ".",
+    "alias",
+    "bg",
+    "bind",
+    "break",
+    "builtin",
+    "caller",
+    "cd",
+    "command",
+    "compgen",
+    "complete",
+    "compopt",
+    "continue",
+    "declare",
+    "dirs",
+    "disown",
+    "echo",
+    "enable",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "false",
+    "fc",
+    "fg",
+    "getopts",
+    "hash",
+    "help",
+    "history",
+    "jobs",
+    "kill",
+    "let",
+    "local",
+    "logout",
+    "mapfile",
+    "popd",
+    "printf",
+    "pushd",
+    "pwd",
+    "read",
+    "readarray",
+    "readonly",
+    "return",
+    "set",
+    "shift",
+    "shopt",
+    "source",
+    "suspend",
+    "test",
+    "times",
+    "trap",
+    "true",
+    "type",
+    "typeset",
+    "ulimit",
+    "umask",
+    "unalias",
+    "unset",
+    "wait",
+    "if",
+    "then",
+    "else",
+    "elif",
+    "fi",
+    "case",
+    "esac",
+    "for",
+    "select",
+    "while",
+    "until",
+    "do",
+    "done",
+    "in",
+    "function",
+    "time",
+    "coproc",
+];
+
+/// The program a command runs when the command is that one program with its arguments and
+/// redirections, nothing else: no list, pipe, background job, subshell, command substitution
+/// or line break anywhere in it (even quoted: this is a conservative check, not a parser), and
+/// a first word that is a plain name (no path, variable, quote or assignment) and not a bash
+/// builtin or reserved word. `exec` runs such a command exactly as bash would, in one process
+/// fewer. `2>&1`-style redirections (`>&`, `<&`, `&>`) are the only `&` allowed.
+pub(crate) fn exec_word(command: &str) -> Option<&str> {
+    let bytes = command.as_bytes();
+    let lone_ampersand = |i: usize| {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i + 1).copied();
+        !(matches!(before, Some(b'>' | b'<')) || after == Some(b'>'))
+            || before == Some(b'&')
+            || after == Some(b'&')
+    };
+    let forbidden = bytes.iter().enumerate().any(|(i, b)| match b {
+        b';' | b'|' | b'(' | b')' | b'`' | b'\n' | b'\r' => true,
+        b'&' => lone_ampersand(i),
+        _ => false,
+    });
+    if forbidden {
+        return None;
+    }
+    let word = command
+        .trim_start_matches([' ', '\t'])
+        .split([' ', '\t'])
+        .next()?;
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'+' | b'-');
+    let ok = !word.is_empty()
+        && !word.starts_with(['-', '.'])
+        && word.bytes().all(plain)
+        && !NOT_PROGRAMS.contains(&word);
+    ok.then_some(word)
 }
 
 /// One piece of what the shell sent.
@@ -199,25 +369,25 @@ impl<L: ShellLink> PersistentShell<L> {
         self.in_flight.is_none()
     }
 
-    /// Runs `command` in `cwd` until it ends or `deadline` passes, streaming its output into a
-    /// capture of `limit` characters; `on_pgid` learns its process group as soon as it starts.
+    /// Runs `request`'s command in `cwd` until it ends or `deadline` passes, streaming its
+    /// output into a capture of the request's size; `on_pgid` learns its process group as soon
+    /// as it starts.
     pub async fn run(
         &mut self,
         cwd: &str,
-        command: &str,
-        limit: usize,
+        request: &ExecRequest,
         deadline: Instant,
         mut on_pgid: impl FnMut(i32),
     ) -> Outcome {
-        let mut output = CappedOutput::new(limit);
+        let mut output = CappedOutput::new(request.output_limit);
         let nonce = nonce();
-        let frame = format!("{cwd}\0{command}\0{nonce}\0");
+        let frame = frame(cwd, request, &nonce);
         self.in_flight = Some(InFlight {
             sync: OutputSync::new(&nonce),
             pgid: None,
             exit: None,
         });
-        if !self.drop_stale_output() || self.link.send(frame.as_bytes()).await.is_err() {
+        if !self.drop_stale_output() || self.link.send(&frame).await.is_err() {
             return self.died(output).await;
         }
         loop {
@@ -353,13 +523,7 @@ pub(crate) async fn run_in_shell<H: ShellHost + ?Sized>(
         let shell = slot.as_mut().expect("a shell was just started");
         let deadline = Instant::now() + request.timeout;
         let outcome = shell
-            .run(
-                cwd,
-                &request.command,
-                request.output_limit,
-                deadline,
-                |pgid| host.note_group(pgid),
-            )
+            .run(cwd, request, deadline, |pgid| host.note_group(pgid))
             .await;
         match outcome {
             Outcome::Done { output, code, cwd } => {
@@ -416,6 +580,55 @@ mod tests {
         assert_eq!(f.next(), None);
         f.push(b"ot\0");
         assert_eq!(f.next().as_deref(), Some("/root"));
+    }
+
+    #[test]
+    fn only_one_plain_program_with_its_arguments_is_execed() {
+        for (command, word) in [
+            ("cat ~/greeting.txt", Some("cat")),
+            ("  seq 1 5 > ~/count.txt", Some("seq")),
+            ("make -j2 2>&1", Some("make")),
+            ("python3 x.py &>log", Some("python3")),
+            ("grep -n 'a b' \"$F\" <<< x", Some("grep")),
+            ("cat f; ls", None),
+            ("cat f && ls", None),
+            ("sleep 9 &", None),
+            ("cat f | wc -l", None),
+            ("cat $(ls)", None),
+            ("cat `ls`", None),
+            ("(cat f)", None),
+            ("cat f\nls", None),
+            ("echo hi", None),
+            ("cd /tmp", None),
+            ("time sleep 1", None),
+            ("X=1 env", None),
+            ("./run.sh", None),
+            ("/bin/cat f", None),
+            ("$CMD x", None),
+            ("'cat' f", None),
+            ("-l", None),
+            ("", None),
+            ("cat f &&>x", None),
+        ] {
+            assert_eq!(exec_word(command), word, "{command:?}");
+        }
+    }
+
+    #[test]
+    fn a_frame_gives_the_byte_lengths_of_its_fields() {
+        let request = ExecRequest::new("cat f\u{e9}", Duration::from_secs(1)).with_preamble("P=1");
+        let frame = frame("/r", &request, "abc");
+        assert_eq!(frame, "=2,4,7,7\0/rP=1\ncat f\u{e9}abc:cat".as_bytes());
+        let plain = frame_of("cd /", "n");
+        assert_eq!(plain, b"=1,0,4,1\0/cd /n");
+    }
+
+    fn frame_of(command: &str, nonce: &str) -> Vec<u8> {
+        frame(
+            "/",
+            &ExecRequest::new(command, Duration::from_secs(1)),
+            nonce,
+        )
     }
 
     #[test]

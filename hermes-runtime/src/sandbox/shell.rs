@@ -3,7 +3,9 @@
 //! shell cannot start (see `persistent.rs` for the usual path). It keeps the command's stdout and
 //! stderr merged on one stream and reports on a separate one (the original stderr): first its
 //! process id (the command's process group, killed on timeout), then at exit the exit code and
-//! the final working directory, so `cd` persists across `terminal` calls of one task. At exit
+//! the final working directory (written by the `pwd` builtin, no command substitution: a
+//! subshell would be one more fork per command), so `cd` persists across `terminal` calls of
+//! one task. At exit
 //! it also writes a per-command end marker on the output stream, after everything the command
 //! printed: seeing it means no output is still in flight, even when a daemon the command
 //! started keeps the stream open.
@@ -16,7 +18,7 @@ const SEP: char = '\u{1e}';
 /// by commands, unlike 3–9.
 const WRAPPER: &str = "exec 56>&1 57>&2 2>&1
 printf '%s\\036' \"$$\" >&57
-trap 'hermes_rc=$?; printf \"%s\\036%s\\036\" \"$hermes_rc\" \"$(pwd -P 2>/dev/null || pwd)\" >&57; printf \"\\036%s\\036\" \"$3\" >&56' EXIT
+trap 'hermes_rc=$?; printf \"%s\\036\" \"$hermes_rc\" >&57; { pwd -P 2>/dev/null || pwd; } >&57; printf \"\\036\" >&57; printf \"\\036%s\\036\" \"$3\" >&56' EXIT
 cd -- \"$1\" 2>/dev/null || cd -- \"$HOME\" 2>/dev/null || cd /
 eval \"$2\"
 ";
@@ -128,7 +130,11 @@ impl ReportReader {
         let complete = &fields[..fields.len().saturating_sub(1)];
         let pid = complete.first().and_then(|p| p.trim().parse().ok());
         let exit = match complete {
-            [_, code, cwd, ..] => code.trim().parse().ok().map(|c| (c, (*cwd).to_owned())),
+            // `pwd` ends the directory with a newline.
+            [_, code, cwd, ..] => code.trim().parse().ok().map(|c| {
+                let cwd = cwd.strip_suffix('\n').unwrap_or(cwd);
+                (c, cwd.to_owned())
+            }),
             _ => None,
         };
         Report { pid, exit }
@@ -161,7 +167,7 @@ mod tests {
         r.push(b"3\x1e0\x1e/ro");
         assert_eq!(r.report().pid, Some(123));
         assert!(!r.finished());
-        r.push(b"ot/x y\x1e");
+        r.push(b"ot/x y\n\x1e");
         assert_eq!(r.report().exit, Some((0, "/root/x y".into())));
     }
 

@@ -45,6 +45,7 @@ async fn script(
             timeout,
             workdir: None,
             output_limit: LOG_BUFFER + 16_384,
+            preamble_len: 0,
         })
         .await?;
     Ok(out.output)
@@ -204,6 +205,7 @@ echo "PID $!""#
         timeout: SCRIPT_TIMEOUT,
         workdir: workdir.map(str::to_owned),
         output_limit: 4096,
+        preamble_len: 0,
     };
     match sandbox.exec(request).await {
         Ok(out) => {

@@ -131,6 +131,7 @@ async fn search(
             timeout: SEARCH_TIMEOUT,
             workdir: None,
             output_limit: RAW_LIMIT + 4096,
+            preamble_len: 0,
         })
         .await
     {

@@ -66,6 +66,7 @@ impl Tool for TerminalTool {
             timeout,
             workdir: workdir.map(str::to_owned),
             output_limit: OUTPUT_LIMIT_CHARS,
+            preamble_len: 0,
         };
         let result = match cx.sandbox.get().await {
             Ok(sandbox) => sandbox.exec(request).await,
