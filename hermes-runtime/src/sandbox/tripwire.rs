@@ -245,16 +245,25 @@ fn environment(pid: u32) -> Option<Vec<u8>> {
     Some(Vec::new())
 }
 
-/// A `/proc` file in one read where it fits 4 KiB (they report no size, so `fs::read` would
-/// grow its buffer from 32 bytes over several reads).
-fn read_proc(path: &str) -> Option<Vec<u8>> {
+/// A `/proc` file in one `read(2)` where it fits 4 KiB. `fs::read` and `read_to_end` cost three
+/// system calls more per file (a `statx` and an `lseek` for a size hint `/proc` does not give,
+/// and a last read to see the end), and the leftover scan reads dozens of these per rollout.
+/// A `/proc` file returns all it has up to the buffer's size in one read, so a short read is
+/// its end; a full one is followed by more reads.
+pub(crate) fn read_proc(path: &str) -> Option<Vec<u8>> {
     use std::io::Read;
-    let mut bytes = Vec::with_capacity(4096);
-    std::fs::File::open(path)
-        .ok()?
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(bytes)
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut bytes = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut bytes[len..]).ok()?;
+        len += n;
+        if len < bytes.len() {
+            bytes.truncate(len);
+            return Some(bytes);
+        }
+        bytes.resize(bytes.len() * 2, 0);
+    }
 }
 
 /// When a local sandbox was made, as its leftover scan needs it: no process started earlier
@@ -306,9 +315,9 @@ struct PidCounter {
 
 impl PidCounter {
     fn read() -> Option<Self> {
-        let loadavg = std::fs::read_to_string("/proc/loadavg").ok()?;
+        let loadavg = String::from_utf8(read_proc("/proc/loadavg")?).ok()?;
         let last = loadavg.split_whitespace().nth(4)?.parse().ok()?;
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let stat = String::from_utf8(read_proc("/proc/stat")?).ok()?;
         let forks = stat
             .lines()
             .find_map(|l| l.strip_prefix("processes "))?
