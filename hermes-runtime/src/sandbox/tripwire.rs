@@ -250,7 +250,7 @@ fn environment(pid: u32) -> Option<Vec<u8>> {
 /// and a last read to see the end), and the leftover scan reads dozens of these per rollout.
 /// A `/proc` file returns all it has up to the buffer's size in one read, so a short read is
 /// its end; a full one is followed by more reads.
-pub(crate) fn read_proc(path: &str) -> Option<Vec<u8>> {
+fn read_proc(path: &str) -> Option<Vec<u8>> {
     use std::io::Read;
     let mut file = std::fs::File::open(path).ok()?;
     let mut bytes = vec![0; 4096];
