@@ -112,7 +112,11 @@ pub(crate) fn frameable(cwd: &str, command: &str) -> bool {
 /// command `exec`able. (The shell also takes the older frame of three NUL-terminated fields,
 /// cwd, command and nonce.)
 fn frame(cwd: &str, request: &ExecRequest, nonce: &str) -> Vec<u8> {
-    let (preamble, command) = request.command.split_at(request.preamble_len);
+    // A `preamble_len` that is not a place in the command runs it all as the command.
+    let (preamble, command) = request
+        .command
+        .split_at_checked(request.preamble_len)
+        .unwrap_or(("", &request.command));
     let nonce_field = match exec_word(command) {
         Some(word) => format!("{nonce}:{word}"),
         None => nonce.to_owned(),
@@ -617,10 +621,13 @@ mod tests {
     #[test]
     fn a_frame_gives_the_byte_lengths_of_its_fields() {
         let request = ExecRequest::new("cat f\u{e9}", Duration::from_secs(1)).with_preamble("P=1");
-        let frame = frame("/r", &request, "abc");
-        assert_eq!(frame, "=2,4,7,7\0/rP=1\ncat f\u{e9}abc:cat".as_bytes());
+        let framed = frame("/r", &request, "abc");
+        assert_eq!(framed, "=2,4,7,7\0/rP=1\ncat f\u{e9}abc:cat".as_bytes());
         let plain = frame_of("cd /", "n");
         assert_eq!(plain, b"=1,0,4,1\0/cd /n");
+        let mut odd = ExecRequest::new("\u{e9}", Duration::from_secs(1));
+        odd.preamble_len = 1;
+        assert_eq!(frame("/", &odd, "n"), "=1,0,2,1\0/\u{e9}n".as_bytes());
     }
 
     fn frame_of(command: &str, nonce: &str) -> Vec<u8> {
