@@ -247,6 +247,17 @@ struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl Logs {
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        // A global subscriber that wants INFO (and writes nowhere): without one, a callsite
+        // first reached by a test without capture, while no scoped subscriber exists, caches
+        // "never interested", and a capturing test racing with that rebuild lost its line.
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            let quiet = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(std::io::sink)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(quiet);
+        });
         let sink = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
