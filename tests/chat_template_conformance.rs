@@ -327,7 +327,7 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
         let session = ManagedSession::new(&phase2);
         let request = ChatRequest {
             messages: conv.messages.clone(),
-            tools: conv.tools.clone(),
+            tools: conv.tools.clone().into(),
             n: 1,
             temperature: 1.0,
             max_tokens: None,

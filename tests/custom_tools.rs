@@ -96,8 +96,9 @@ fn tools() -> hermes_env::tools::ToolSet {
 fn the_schema_is_derived_from_the_argument_type() {
     let schema = tools()
         .schemas()
-        .into_iter()
+        .iter()
         .find(|s| s.function.name == "add")
+        .cloned()
         .unwrap();
     let params = serde_json::to_value(&schema.function.parameters).unwrap();
     assert_eq!(params["type"], "object");

@@ -209,7 +209,7 @@ fn pool(servers: &[ApiServerConfig], retry: RetryPolicy) -> Arc<ServerPool> {
 fn chat_request() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user("hi")],
-        tools: vec![],
+        tools: Vec::new().into(),
         n: 1,
         temperature: 1.0,
         max_tokens: Some(16),

@@ -34,7 +34,7 @@ async fn phase2(script: Vec<Reply>) -> (ScriptedServer, Phase2) {
 fn request(messages: Vec<Message>, tools: Vec<ToolSchema>, max_tokens: Option<u32>) -> ChatRequest {
     ChatRequest {
         messages,
-        tools,
+        tools: tools.into(),
         n: 1,
         temperature: 1.0,
         max_tokens,

@@ -98,7 +98,7 @@ impl ToolContext {
         })?;
         let request = ChatRequest {
             messages,
-            tools: Vec::new(),
+            tools: Vec::new().into(),
             n: 1,
             temperature: 0.0,
             max_tokens: Some(JUDGE_MAX_TOKENS),

@@ -2,6 +2,7 @@
 //! tools sequentially in the rollout's sandbox, feed results back, stop on a plain answer,
 //! an LLM failure or the turn limit.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -74,7 +75,7 @@ impl AgentLoop<'_> {
         for turn in 0..self.settings.max_turns {
             let request = ChatRequest {
                 messages: result.messages.clone(),
-                tools: schemas.clone(),
+                tools: Arc::clone(&schemas),
                 n: 1,
                 temperature: self.settings.temperature,
                 max_tokens: self.settings.max_tokens,

@@ -95,7 +95,7 @@ impl LlmClient {
         self.pool
             .call(request.split, |server| async move {
                 let url = format!("{}/chat/completions", server.base);
-                let body = request.to_body(&server.model);
+                let body = request.body(&server.model);
                 let text = post_json(http, server.target(&url), &body).await?;
                 serde_json::from_str(&text)
                     .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))

@@ -4,8 +4,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
 use super::retry::parse_retry_after;
 use crate::diagnostics::snippet;
 
@@ -67,7 +65,7 @@ pub(crate) struct Target<'a> {
 pub(crate) async fn post_json(
     http: &reqwest::Client,
     to: Target<'_>,
-    body: &Value,
+    body: &impl serde::Serialize,
 ) -> Result<String, HttpFailure> {
     exchange(http.post(to.url).json(body), to).await
 }

@@ -123,8 +123,9 @@ pub enum Split {
 pub struct ChatRequest {
     /// The conversation so far.
     pub messages: Vec<Message>,
-    /// Tools offered (`tool_choice: "auto"` is sent with them).
-    pub tools: Vec<ToolSchema>,
+    /// Tools offered (`tool_choice: "auto"` is sent with them); shared by every request of
+    /// a rollout.
+    pub tools: std::sync::Arc<[ToolSchema]>,
     /// Number of choices.
     pub n: u32,
     /// Sampling temperature.
@@ -138,30 +139,65 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// The JSON body sent to `/chat/completions` for `model`.
-    pub fn to_body(&self, model: &str) -> Value {
-        let mut body = Map::new();
-        body.insert("model".into(), model.into());
-        body.insert(
-            "messages".into(),
-            serde_json::to_value(&self.messages).expect("messages serialise"),
-        );
-        body.insert("n".into(), self.n.into());
-        body.insert("temperature".into(), self.temperature.into());
-        if let Some(m) = self.max_tokens {
-            body.insert("max_tokens".into(), m.into());
+    /// The JSON body sent to `/chat/completions` for `model`, serialised straight from the
+    /// request (no intermediate `Value` tree of the whole conversation per turn).
+    pub fn body<'a>(&'a self, model: &'a str) -> ChatBody<'a> {
+        ChatBody {
+            request: self,
+            model,
         }
-        if !self.tools.is_empty() {
-            body.insert(
-                "tools".into(),
-                serde_json::to_value(&self.tools).expect("tools serialise"),
-            );
-            body.insert("tool_choice".into(), "auto".into());
+    }
+}
+
+/// [`ChatRequest::body`]: `model`, `messages`, `n`, `temperature`, `max_tokens` (when set),
+/// `tools` with `tool_choice: "auto"` (when tools are offered), then the `extra_body` keys.
+/// An `extra_body` key that names one of those replaces its value in place (as a merge into a
+/// JSON object does), so the caller can override anything.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatBody<'a> {
+    request: &'a ChatRequest,
+    model: &'a str,
+}
+
+impl serde::Serialize for ChatBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let r = self.request;
+        let extra = &r.extra_body;
+        let mut map = serializer.serialize_map(None)?;
+        body_entry(&mut map, extra, "model", self.model)?;
+        body_entry(&mut map, extra, "messages", &r.messages)?;
+        body_entry(&mut map, extra, "n", &r.n)?;
+        body_entry(&mut map, extra, "temperature", &r.temperature)?;
+        if let Some(m) = &r.max_tokens {
+            body_entry(&mut map, extra, "max_tokens", m)?;
         }
-        for (k, v) in &self.extra_body {
-            body.insert(k.clone(), v.clone());
+        if !r.tools.is_empty() {
+            body_entry(&mut map, extra, "tools", &*r.tools)?;
+            body_entry(&mut map, extra, "tool_choice", "auto")?;
         }
-        Value::Object(body)
+        for (k, v) in extra {
+            let written = matches!(k.as_str(), "model" | "messages" | "n" | "temperature")
+                || (k == "max_tokens" && r.max_tokens.is_some())
+                || (matches!(k.as_str(), "tools" | "tool_choice") && !r.tools.is_empty());
+            if !written {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+/// One standard key of a [`ChatBody`]: `extra_body`'s value for it when there is one.
+fn body_entry<M: serde::ser::SerializeMap, T: serde::Serialize + ?Sized>(
+    map: &mut M,
+    extra: &Map<String, Value>,
+    key: &str,
+    value: &T,
+) -> Result<(), M::Error> {
+    match extra.get(key) {
+        Some(given) => map.serialize_entry(key, given),
+        None => map.serialize_entry(key, value),
     }
 }
 
@@ -236,20 +272,51 @@ mod tests {
                 "terminal",
                 "run",
                 json!({"type": "object"}),
-            )],
+            )]
+            .into(),
             n: 1,
             temperature: 1.0,
             max_tokens: Some(16),
             extra_body: extra,
             split: Split::Train,
         };
-        let body = req.to_body("m");
+        let body = serde_json::to_value(req.body("m")).unwrap();
         assert_eq!(body["tool_choice"], "auto");
         assert_eq!(body["provider"]["order"][0], "x");
         assert_eq!(body["max_tokens"], 16);
         assert_eq!(
             body["messages"][0],
             json!({"role": "user", "content": "hi"})
+        );
+    }
+
+    /// The body is the old `Value` merge, byte for byte: standard keys in their order, an
+    /// `extra_body` key that names one replaces it in place, the other keys follow.
+    #[test]
+    fn extra_body_replaces_standard_keys_in_place_and_appends_the_rest() {
+        let mut extra = Map::new();
+        extra.insert("top_p".into(), json!(0.9));
+        extra.insert("temperature".into(), json!(0.25));
+        extra.insert("max_tokens".into(), json!(99));
+        let mut req = ChatRequest {
+            messages: vec![Message::user("hi")],
+            tools: Vec::new().into(),
+            n: 2,
+            temperature: 1.0,
+            max_tokens: None,
+            extra_body: extra,
+            split: Split::Eval,
+        };
+        let text = serde_json::to_string(&req.body("m")).unwrap();
+        assert_eq!(
+            text,
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2,"temperature":0.25,"top_p":0.9,"max_tokens":99}"#
+        );
+        req.max_tokens = Some(16);
+        let text = serde_json::to_string(&req.body("m")).unwrap();
+        assert_eq!(
+            text,
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2,"temperature":0.25,"max_tokens":99,"top_p":0.9}"#
         );
     }
 

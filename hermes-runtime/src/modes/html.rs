@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::de::IgnoredAny;
 
@@ -221,6 +221,30 @@ pub fn render(
     input: impl BufRead,
     out: &mut impl Write,
 ) -> std::io::Result<ViewerStats> {
+    render_indexed(title, notice, input, out, &[])
+}
+
+/// The scores of one group line as the index shows them: cut to the rollouts the line has
+/// messages for, non-finite ones as `null`.
+fn index_scores(scores: &[Option<f64>], rollouts: usize) -> Vec<Option<f64>> {
+    scores
+        .iter()
+        .take(rollouts)
+        .map(|s| s.filter(|v| v.is_finite()))
+        .collect()
+}
+
+/// [`render`] with the index of the first lines already known (`known[k]` = the scores
+/// and the number of message lists of the k-th non-empty line, as its writer had them), so
+/// those lines are copied without being parsed again: each holds a group's every token and
+/// mask. Lines past `known` are parsed.
+fn render_indexed(
+    title: &str,
+    notice: Option<&str>,
+    mut input: impl BufRead,
+    out: &mut impl Write,
+    known: &[(Vec<f64>, usize)],
+) -> std::io::Result<ViewerStats> {
     let notice = notice
         .map(|n| format!("<p class=\"warn\" id=\"failures\">{}</p>", escape(n)))
         .unwrap_or_default();
@@ -241,28 +265,42 @@ pub fn render(
         rollouts: 0,
         skipped: 0,
     };
-    for (n, line) in input.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
+    let (mut line, mut n, mut nonempty) = (String::new(), 0, 0);
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            break;
+        }
+        n += 1;
+        let text = line.strip_suffix('\n').unwrap_or(&line);
+        if text.trim().is_empty() {
             continue;
         }
-        let parsed = serde_json::from_str::<Line>(&line).ok();
-        let Some((scores, messages)) = parsed.and_then(|l| l.scores.zip(l.messages)) else {
+        nonempty += 1;
+        let scores = match known.get(nonempty - 1) {
+            Some((scores, messages)) => {
+                let scores: Vec<Option<f64>> = scores.iter().copied().map(Some).collect();
+                Some(index_scores(&scores, *messages))
+            }
+            None => serde_json::from_str::<Line>(text)
+                .ok()
+                .and_then(|l| l.scores.zip(l.messages))
+                .map(|(scores, messages)| index_scores(&scores, messages.len())),
+        };
+        let Some(scores) = scores else {
             stats.skipped += 1;
             continue;
         };
-        let rollouts = scores.len().min(messages.len());
-        let scores: Vec<Option<f64>> = scores
-            .into_iter()
-            .take(rollouts)
-            .map(|s| s.filter(|v| v.is_finite()))
-            .collect();
-        index.push((n + 1, scores));
         stats.groups += 1;
-        stats.rollouts += rollouts;
+        stats.rollouts += scores.len();
+        index.push((n, scores));
         // `<` only occurs inside JSON strings, where `\u003c` means the same; this keeps
         // `</script>` and `<!--` in the data from ending the element.
-        out.write_all(line.replace('<', "\\u003c").as_bytes())?;
+        if text.contains('<') {
+            out.write_all(text.replace('<', "\\u003c").as_bytes())?;
+        } else {
+            out.write_all(text.as_bytes())?;
+        }
         out.write_all(b"\n")?;
     }
     let index = serde_json::to_string(&index).expect("the index serializes");
@@ -277,6 +315,16 @@ pub fn render(
 
 /// Writes the viewer of `jsonl_path` to `html_path`.
 pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<ViewerStats> {
+    write_viewer_indexed(jsonl_path, html_path, &[])
+}
+
+/// [`write_viewer_to`] for a JSONL this run wrote itself, whose first lines' scores and
+/// message counts it still knows (see [`render_indexed`]).
+pub fn write_viewer_indexed(
+    jsonl_path: &Path,
+    html_path: &Path,
+    known: &[(Vec<f64>, usize)],
+) -> std::io::Result<ViewerStats> {
     let input = BufReader::with_capacity(1 << 20, File::open(jsonl_path)?);
     let mut out = BufWriter::with_capacity(1 << 20, File::create(html_path)?);
     let title = jsonl_path
@@ -296,7 +344,7 @@ pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<V
                     .unwrap_or_default()
             )
         });
-    let stats = render(&title, notice.as_deref(), input, &mut out)?;
+    let stats = render_indexed(&title, notice.as_deref(), input, &mut out, known)?;
     out.flush()?;
     if stats.skipped > 0 {
         tracing::warn!(
@@ -306,13 +354,6 @@ pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<V
         );
     }
     Ok(stats)
-}
-
-/// Writes `<jsonl stem>.html` next to `jsonl_path`; returns the HTML path.
-pub fn write_viewer(jsonl_path: &Path) -> std::io::Result<PathBuf> {
-    let html_path = jsonl_path.with_extension("html");
-    write_viewer_to(jsonl_path, &html_path)?;
-    Ok(html_path)
 }
 
 #[cfg(test)]
@@ -352,5 +393,27 @@ mod tests {
             "only the three script ends"
         );
         assert!(html.contains("1 groups, 2 rollouts"));
+    }
+
+    /// The known index gives the page parsing would (scores cut to the message lists,
+    /// non-finite ones null); lines past it are still parsed.
+    #[test]
+    fn a_known_index_gives_the_parsed_page() {
+        let first = r#"{"scores": [0.5, 1.0, 3.0], "messages": [[{"role": "user", "content": "<a>"}], []]}"#;
+        let second = r#"{"scores": [1.0], "messages": [[]]}"#;
+        let input = format!("{first}\n\n{second}\nnot json\n");
+        let (mut parsed, mut indexed) = (Vec::new(), Vec::new());
+        let a = render("t", None, input.as_bytes(), &mut parsed).unwrap();
+        let known = [(vec![0.5, 1.0, 3.0], 2)];
+        let b = render_indexed("t", None, input.as_bytes(), &mut indexed, &known).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            String::from_utf8(parsed).unwrap(),
+            String::from_utf8(indexed).unwrap()
+        );
+        let nan = [(vec![f64::NAN, 1.0], 2)];
+        let mut out = Vec::new();
+        render_indexed("t", None, first.as_bytes(), &mut out, &nan).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("[[1,[null,1.0]]]"));
     }
 }

@@ -14,7 +14,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::drops::Drops;
 use super::failures::{failures_path, FailureLog};
-use super::html::write_viewer;
+use super::html::write_viewer_indexed;
 use super::output::{free_path, JsonlWriter};
 use super::rollout::{collect_group, GroupRun, Runtime};
 use crate::env::{Environment, FailureCounts};
@@ -70,6 +70,8 @@ struct Tally {
     summary: ProcessSummary,
     reward_sum: f64,
     last_failure: Option<String>,
+    /// Each written line's scores and number of message lists, for the viewer's index.
+    written: Vec<(Vec<f64>, usize)>,
 }
 
 /// The `process` mode of a run: its W&B run (named `{env name}-{date}-{6 letters}`, no
@@ -158,9 +160,9 @@ pub async fn run_process<E: Environment>(
         let batch = run_batch(&*env, rt, items, done, shutdown).await;
         let cancelled = batch.iter().filter(|g| g.is_none()).count();
         let before = tally.summary.groups_written;
-        for (run, took) in batch.into_iter().flatten() {
+        for (mut run, took) in batch.into_iter().flatten() {
             done += 1;
-            progress.advance(&tally.absorb(done, &run, took, &config)?);
+            progress.advance(&tally.absorb(done, &mut run, took, &config)?);
             if let (Some(logger), Some(metrics)) = (wandb, metrics.as_mut()) {
                 log_group(logger, metrics, &run, took, done, rt, &*env);
             }
@@ -315,20 +317,23 @@ impl Tally {
             },
             reward_sum: 0.0,
             last_failure: None,
+            written: Vec::new(),
         })
     }
 
     /// Takes one finished group: written, dropped by the group rules, or (a failed item)
-    /// recorded in the failures file. Returns the rewards to show in the progress line.
+    /// recorded in the failures file. Returns the rewards to show in the progress line. A
+    /// written group gets Atropos's `null`s for its absent keys in place (not on a copy: a
+    /// group holds every rollout's tokens and masks).
     fn absorb<I: serde::Serialize>(
         &mut self,
         n: usize,
-        run: &GroupRun<I>,
+        run: &mut GroupRun<I>,
         took: Duration,
         config: &crate::config::HermesEnvConfig,
     ) -> anyhow::Result<Vec<f64>> {
         self.summary.rollout_failures.merge(&run.failures);
-        let group = match &run.result {
+        let group = match &mut run.result {
             Ok(group) => group,
             Err(failed) => {
                 let message = failed.outcome.failure_message().unwrap_or_default();
@@ -364,11 +369,12 @@ impl Tally {
                 self.drops.record(reason);
             }
             None => {
-                let mut group = group.clone();
                 group.fill_absent_nulls();
                 self.writer
-                    .write(&group)
+                    .write(group)
                     .with_context(|| format!("cannot write {}", self.summary.jsonl.display()))?;
+                let messages = group.messages.value().map_or(0, Vec::len);
+                self.written.push((group.scores.clone(), messages));
                 self.summary.groups_written += 1;
                 debug!(
                     "group {n} written in {took:.1?}: mean reward {:.3}",
@@ -399,7 +405,8 @@ impl Tally {
         };
         let path = self.summary.jsonl.clone();
         drop(self.writer);
-        self.summary.html = write_viewer(&path)
+        self.summary.html = path.with_extension("html");
+        write_viewer_indexed(&path, &self.summary.html, &self.written)
             .with_context(|| format!("cannot write the viewer for {}", path.display()))?;
         if self.summary.rollouts == 0 && self.summary.items_failed.total() > 0 {
             anyhow::bail!(

@@ -9,7 +9,9 @@
 //! `X<exit code>` and the final working directory once it ended. Just before the exit record
 //! the shell writes the command's end marker (a fresh nonce per command) on the output
 //! channel, after everything the command printed. Only the working directory persists between
-//! commands (the subshell writes it to a state file on exit), as with the one-shot wrapper.
+//! commands (the subshell writes it to a state file on exit, NUL-terminated, over the old
+//! text rather than truncating the file: a truncation costs a filesystem flush per command on
+//! ext4), as with the one-shot wrapper.
 //!
 //! A command that is one external program with its arguments and redirections
 //! ([`exec_word`]) is `exec`ed by its subshell instead of forked once more: bash never does that
@@ -43,7 +45,7 @@ declare -F >"$hermes_s"
 hermes_f=
 IFS= read -r -d '' hermes_f <"$hermes_s"
 printf -v hermes_q %q "$hermes_s"
-hermes_t="{ pwd -P || pwd; } >$hermes_q 2>/dev/null"
+hermes_t="{ pwd -P || pwd; printf '\\0'; } 1<>$hermes_q 2>/dev/null"
 while IFS= read -r -d '' hermes_c; do
   hermes_a= hermes_x=
   case $hermes_c in
@@ -59,7 +61,7 @@ while IFS= read -r -d '' hermes_c; do
   esac
   [ -n "$hermes_n" ] || break
   case $hermes_n in *:*) hermes_x=${hermes_n#*:}; hermes_n=${hermes_n%%:*};; esac
-  : >"$hermes_s"
+  printf '\0' 1<>"$hermes_s"
   (
     set +m
     cd -- "$hermes_c" 2>/dev/null || cd -- "$HOME" 2>/dev/null || cd /

@@ -218,7 +218,7 @@ impl<E: Environment> Kit<E> {
         let rollout = run_rollout_with(&self.env, &self.rt, &item, split, &tools).await;
         let tool_schemas = tools
             .schemas()
-            .into_iter()
+            .iter()
             .map(|s| serde_json::to_value(s).expect("tool schemas serialise"))
             .collect();
         let mut literals = vec![(rollout.task_id.clone(), "[task_id]".to_owned())];

@@ -210,7 +210,7 @@ impl ToolRegistry {
             .filter(|(_, t)| !disabled.is_some_and(|d| member(t, d)))
             .map(|(n, t)| (n.clone(), Arc::clone(t)))
             .collect();
-        Ok((ToolSet { tools }, warnings))
+        Ok((ToolSet::new(tools), warnings))
     }
 }
 
@@ -218,6 +218,8 @@ impl ToolRegistry {
 #[derive(Clone, Default)]
 pub struct ToolSet {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The tools' schemas, built once: every chat request of every rollout sends them.
+    schemas: Arc<[ToolSchema]>,
 }
 
 impl std::fmt::Debug for ToolSet {
@@ -227,9 +229,14 @@ impl std::fmt::Debug for ToolSet {
 }
 
 impl ToolSet {
-    /// Tool definitions to send with chat requests, sorted by name.
-    pub fn schemas(&self) -> Vec<ToolSchema> {
-        self.tools.values().map(|t| t.schema()).collect()
+    fn new(tools: BTreeMap<String, Arc<dyn Tool>>) -> Self {
+        let schemas = tools.values().map(|t| t.schema()).collect();
+        ToolSet { tools, schemas }
+    }
+
+    /// Tool definitions to send with chat requests, sorted by name (shared, not copied).
+    pub fn schemas(&self) -> Arc<[ToolSchema]> {
+        Arc::clone(&self.schemas)
     }
 
     /// Sorted tool names.
