@@ -374,7 +374,10 @@ impl<E: Environment> Loop<E> {
                 info!("queue drained to {} groups: resuming", status.queue_size);
                 self.paused = false;
             }
-            let cap = worker_cap(&self.cap_inputs()).max(0) as usize;
+            // Groups still being delivered count as running workers, as in upstream, whose
+            // workers post their own groups.
+            let undelivered = self.outbox.undelivered() as i64;
+            let cap = (worker_cap(&self.cap_inputs()) - undelivered).max(0) as usize;
             self.workers.fill_to(cap).await;
         }
     }

@@ -70,6 +70,13 @@ impl Outbox {
         self.queue.len()
     }
 
+    /// Groups handed to the outbox and not yet answered for: queued and in flight. The worker
+    /// cap counts them as running workers (upstream's worker posts its own group), so a send
+    /// still on its way cannot let the loop start a worker past the off-policy cap.
+    pub(super) fn undelivered(&self) -> usize {
+        self.queue.len() + self.in_flight.len()
+    }
+
     /// Waits for the next send to finish and accounts for it; `false` when none is in flight.
     pub(super) async fn next_sent(&mut self, summary: &mut ServeSummary) -> bool {
         match self.sends.join_next_with_id().await {
