@@ -5,7 +5,9 @@
 //! `reset_processes` kills the shell and what commands left running, and `exec_one_shot`
 //! runs outside the persistent shell. A command can write frames into its own shell's stdin
 //! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass. A
-//! command that is one plain program is `exec`ed by its subshell, with the same results.
+//! command that is one plain program is `exec`ed by its subshell, with the same results. On
+//! the local backend the first command of a sandbox (or after `reset_processes`) that is one
+//! plain program is `exec`ed by a one-shot wrapper instead of starting the shell for it.
 
 mod common;
 
@@ -297,4 +299,62 @@ async fn a_plain_program_is_execed_with_the_results_bash_would_give(s: Arc<dyn S
     // The working directory is still the one the earlier `cd` left.
     let (code, out) = run(&*s, "pwd").await;
     assert_eq!((code, out.trim().ends_with("/d")), (0, true), "{out}");
+}
+
+/// `(parent pid, process group)` from a `/proc/self/stat` line.
+fn parent_and_group(stat: &str) -> (String, String) {
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let get = |i: usize| fields.get(i).copied().unwrap_or_default().to_owned();
+    (get(1), get(2))
+}
+
+/// Local backend: the first plain program of a sandbox, and the first after
+/// `reset_processes` (a verifier's lone `cat`), runs one-shot, `exec`ed by its wrapper: this
+/// process is its parent and it leads its own process group. Exit codes, bash's "command not
+/// found", the preamble and the working directory are as in the shell; the next command
+/// starts the persistent shell, whose plain programs are `exec`ed by its subshells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_starts_the_shell() {
+    with_backend("local", |s| async move {
+        let me = std::process::id().to_string();
+        let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+        let pid = stat
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(code, 0, "{stat}");
+        assert_eq!(parent_and_group(&stat), (me.clone(), pid), "{stat}");
+        s.reset_processes().await.expect("reset");
+        let (code, out) = run(&*s, "ls /no/such/path").await;
+        assert_eq!(code, 2, "{out}");
+        assert!(out.contains("No such file or directory"), "{out}");
+        s.reset_processes().await.expect("reset");
+        let (code, out) = run(&*s, "no-such-program-here x").await;
+        assert_eq!(code, 127, "{out}");
+        assert!(out.contains("command not found"), "{out}");
+        s.reset_processes().await.expect("reset");
+        let request = req("cat /proc/self/environ").with_preamble("export HERMES_PREAMBLE_RAN=1");
+        let out = s.exec(request).await.expect("exec");
+        assert_eq!(out.exit_code, 0, "{}", out.output);
+        assert!(
+            out.output.contains("HERMES_PREAMBLE_RAN=1"),
+            "{}",
+            out.output
+        );
+        // The sandbox's working directory is still its home, and the shell starts now.
+        let (code, home) = run(&*s, "pwd").await;
+        assert_eq!(code, 0, "{home}");
+        let shell = shell_pid(&*s).await;
+        assert_ne!(shell, me);
+        let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+        assert_eq!(code, 0, "{stat}");
+        assert_eq!(parent_and_group(&stat).0, shell, "{stat}");
+        assert_eq!(run(&*s, "pwd").await, (0, home));
+    })
+    .await;
 }

@@ -1,6 +1,7 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
-//! start of its persistent working directory), one persistent shell, and each command its own
-//! process group, killed on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! start of its persistent working directory), one persistent shell (started by the second
+//! command when the first is one plain program, which its one-shot wrapper `exec`s), and each
+//! command its own process group, killed on timeout and at teardown. Commands start from a cleared environment plus an allowlist
 //! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
@@ -22,11 +23,11 @@ use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
 use super::links::check_no_link_ancestors;
 use super::persistent::{
-    frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
+    exec_word, frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
 };
 use super::process_groups::{kill_group, ProcessGroups};
-use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use super::tripwire::{Birth, WIRE_TIMEOUT};
+use super::shell::{exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader};
+use super::tripwire::{Birth, FrameworkShell, WIRE_TIMEOUT};
 use super::{
     CappedOutput, ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider,
     SandboxSpec, Transfer,
@@ -187,6 +188,11 @@ pub struct LocalSandbox {
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
     shell_unavailable: AtomicBool,
+    /// Set while no shell has been started since the sandbox was made or its processes were
+    /// reset: the first command that is one plain program then runs one-shot, `exec`ed by its
+    /// wrapper, instead of starting a shell for it (a verifier's lone `cat` or `pytest` after
+    /// the agent's shell is gone); the next command starts the shell.
+    shell_deferred: AtomicBool,
     /// Set before the first process of this sandbox is started: until then nothing of it can
     /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
     spawned: AtomicBool,
@@ -206,6 +212,7 @@ impl LocalSandbox {
         LocalSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
+            shell_deferred: AtomicBool::new(true),
             spawned: AtomicBool::new(false),
             state_file,
             task_id: task_id.to_owned(),
@@ -247,14 +254,33 @@ impl LocalSandbox {
         }
     }
 
-    /// Runs one command in its own `bash -c` wrapper (the one-shot path).
+    /// The program a request runs when it can be `exec`ed by its wrapper: one plain program
+    /// after the preamble ([`exec_word`]), and no shell function imported from the
+    /// environment (`BASH_FUNC_*`) that could shadow it.
+    fn execable<'r>(&self, request: &'r ExecRequest) -> Option<&'r str> {
+        let functions = self
+            .env
+            .iter()
+            .any(|(k, _)| k.to_string_lossy().starts_with("BASH_FUNC_"));
+        exec_word(request.parts().1).filter(|_| !functions)
+    }
+
+    /// Runs one command in its own `bash -c` wrapper (the one-shot path); one plain program
+    /// is `exec`ed by it.
     async fn exec_one_shot_in(
         &self,
         cwd: PathBuf,
         request: ExecRequest,
     ) -> Result<ExecOutput, SandboxError> {
         let nonce = nonce();
-        let argv = wrapper_argv(&cwd.to_string_lossy(), &request.command, &nonce);
+        let cwd_text = cwd.to_string_lossy();
+        let argv = match self.execable(&request) {
+            Some(program) => {
+                let (preamble, command) = request.parts();
+                exec_wrapper_argv(&cwd_text, preamble, command, program, &nonce)
+            }
+            None => wrapper_argv(&cwd_text, &request.command, &nonce),
+        };
         self.spawned.store(true, SeqCst);
         let mut child = Command::new(&self.bash)
             .args(&argv[1..])
@@ -320,7 +346,9 @@ impl LocalSandbox {
             let _ = child.wait().await;
             return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
-        if let (Some((_, final_cwd)), None) = (report.report().exit, &request.workdir) {
+        let report = report.report();
+        let final_cwd = report.exit.map(|(_, cwd)| cwd).or(report.execed_in);
+        if let (Some(final_cwd), None) = (final_cwd, &request.workdir) {
             *self.cwd.lock().expect("lock poisoned") = PathBuf::from(final_cwd);
         }
         let exit_code = match status {
@@ -346,6 +374,12 @@ impl LocalSandbox {
         if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
             return self.exec_one_shot_in(cwd, request).await;
         }
+        if slot.is_none() && self.execable(&request).is_some() && self.shell_deferred.load(SeqCst) {
+            self.shell_deferred.store(false, SeqCst);
+            drop(slot);
+            return self.exec_one_shot_in(cwd, request).await;
+        }
+        self.shell_deferred.store(false, SeqCst);
         if let Some(out) = run_in_shell(self, &mut slot, &cwd_text, &request).await? {
             return Ok(out);
         }
@@ -383,6 +417,7 @@ impl LocalSandbox {
             .spawn()
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let link = LocalLink {
+            _registered: child.id().and_then(FrameworkShell::register),
             pgid: child.id().map(|p| p as i32),
             stdin: child.stdin.take().expect("stdin is piped"),
             report: child.stdout.take().expect("stdout is piped"),
@@ -443,6 +478,8 @@ pub(crate) struct LocalLink {
     output_eof: bool,
     /// The report channel ended: the shell is gone; what is left of its output is drained.
     report_eof: bool,
+    /// Its entry among the framework's shells (other sandboxes' scans pass it over).
+    _registered: Option<FrameworkShell>,
 }
 
 #[async_trait]
@@ -559,6 +596,7 @@ impl Sandbox for LocalSandbox {
         if let Some(shell) = shell.take() {
             shell.close().await;
         }
+        self.shell_deferred.store(true, SeqCst);
         Ok(())
     }
 

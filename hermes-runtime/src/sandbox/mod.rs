@@ -73,6 +73,14 @@ impl ExecRequest {
         self
     }
 
+    /// The preamble and the command after it. A `preamble_len` that is not a place in the
+    /// command runs it all as the command.
+    pub(crate) fn parts(&self) -> (&str, &str) {
+        self.command
+            .split_at_checked(self.preamble_len)
+            .unwrap_or(("", &self.command))
+    }
+
     /// The same request run in `workdir` (the shell's persistent directory is left alone).
     pub fn with_workdir(mut self, workdir: impl Into<String>) -> Self {
         self.workdir = Some(workdir.into());
@@ -213,8 +221,8 @@ pub trait Sandbox: Send + Sync {
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.exec(request).await
     }
-    /// Kills every process the sandbox's commands started, the persistent shell included (the
-    /// next command starts a fresh shell; the working directory is kept).
+    /// Kills every process the sandbox's commands started, the persistent shell included (a
+    /// later command gets a fresh shell; the working directory is kept).
     async fn reset_processes(&self) -> Result<(), SandboxError> {
         Ok(())
     }

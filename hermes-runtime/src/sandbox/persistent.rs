@@ -114,11 +114,7 @@ pub(crate) fn frameable(cwd: &str, command: &str) -> bool {
 /// command `exec`able. (The shell also takes the older frame of three NUL-terminated fields,
 /// cwd, command and nonce.)
 fn frame(cwd: &str, request: &ExecRequest, nonce: &str) -> Vec<u8> {
-    // A `preamble_len` that is not a place in the command runs it all as the command.
-    let (preamble, command) = request
-        .command
-        .split_at_checked(request.preamble_len)
-        .unwrap_or(("", &request.command));
+    let (preamble, command) = request.parts();
     let nonce_field = match exec_word(command) {
         Some(word) => format!("{nonce}:{word}"),
         None => nonce.to_owned(),

@@ -37,6 +37,48 @@ pub(crate) fn wrapper_argv(cwd: &str, command: &str, nonce: &str) -> Vec<String>
     ]
 }
 
+/// The wrapper for one plain program ([`super::persistent::exec_word`]) after a preamble:
+/// `$1` = start directory, `$2` = the command, `$3` = the nonce, `$4` = the program, `$5` =
+/// the preamble. When `$4` is on `PATH`, the shell reports its pid and then `E` + the working
+/// directory, closes the report and marker descriptors and `exec`s the command: one process
+/// instead of the wrapper shell and a fork, and no end marker or exit record (the exit code is
+/// the process's own, and the output is complete at the end of the stream or a bound after the
+/// exit). A name not on `PATH` takes the usual path, so bash's own "command not found" is kept.
+const EXEC_WRAPPER: &str = "exec 56>&1 57>&2 2>&1
+printf '%s\\036' \"$$\" >&57
+cd -- \"$1\" 2>/dev/null || cd -- \"$HOME\" 2>/dev/null || cd /
+eval \"$5\"
+if hash -- \"$4\" 2>/dev/null; then
+  { printf E; pwd -P 2>/dev/null || pwd; printf '\\036'; } >&57
+  exec 56>&- 57>&-
+  eval \"exec -- $2\"
+fi
+trap 'hermes_rc=$?; printf \"%s\\036\" \"$hermes_rc\" >&57; { pwd -P 2>/dev/null || pwd; } >&57; printf \"\\036\" >&57; printf \"\\036%s\\036\" \"$3\" >&56' EXIT
+eval \"$2\"
+";
+
+/// The argv of [`EXEC_WRAPPER`]: `preamble` runs first, then `command` (one run of `program`)
+/// is `exec`ed.
+pub(crate) fn exec_wrapper_argv(
+    cwd: &str,
+    preamble: &str,
+    command: &str,
+    program: &str,
+    nonce: &str,
+) -> Vec<String> {
+    vec![
+        "bash".into(),
+        "-c".into(),
+        EXEC_WRAPPER.into(),
+        "hermes".into(),
+        cwd.into(),
+        command.into(),
+        nonce.into(),
+        program.into(),
+        preamble.into(),
+    ]
+}
+
 /// A fresh nonce for one command's end marker.
 pub(crate) fn nonce() -> String {
     uuid::Uuid::new_v4().simple().to_string()
@@ -105,6 +147,9 @@ pub(crate) struct Report {
     pub pid: Option<i32>,
     /// Exit code and final working directory, once the shell has exited normally.
     pub exit: Option<(i32, String)>,
+    /// The working directory [`EXEC_WRAPPER`] `exec`ed its program in (its exit code is the
+    /// process's own).
+    pub execed_in: Option<String>,
 }
 
 /// Accumulates the report stream and parses it.
@@ -129,20 +174,30 @@ impl ReportReader {
         // Complete fields are followed by a separator, so the last element is a partial one.
         let complete = &fields[..fields.len().saturating_sub(1)];
         let pid = complete.first().and_then(|p| p.trim().parse().ok());
-        let exit = match complete {
-            // `pwd` ends the directory with a newline.
-            [_, code, cwd, ..] => code.trim().parse().ok().map(|c| {
-                let cwd = cwd.strip_suffix('\n').unwrap_or(cwd);
-                (c, cwd.to_owned())
-            }),
+        // `pwd` ends the directory with a newline.
+        let dir = |d: &str| d.strip_suffix('\n').unwrap_or(d).to_owned();
+        let execed_in = match complete {
+            [_, field, ..] => field.strip_prefix('E').map(dir),
             _ => None,
         };
-        Report { pid, exit }
+        let exit = match complete {
+            [_, code, cwd, ..] if execed_in.is_none() => {
+                code.trim().parse().ok().map(|c| (c, dir(cwd)))
+            }
+            _ => None,
+        };
+        Report {
+            pid,
+            exit,
+            execed_in,
+        }
     }
 
-    /// True once the exit record has arrived (the shell is exiting).
+    /// True once the exit record has arrived (the shell is exiting), or the `exec` record
+    /// (nothing more will be reported).
     pub fn finished(&self) -> bool {
-        self.report().exit.is_some()
+        let report = self.report();
+        report.exit.is_some() || report.execed_in.is_some()
     }
 
     /// Text that is not part of the report (for example bash's own error when it cannot start).
@@ -187,6 +242,50 @@ mod tests {
         partial.push(b"x\x1eab", |b| out.extend_from_slice(b));
         partial.flush(|b| out.extend_from_slice(b));
         assert_eq!(out, b"x\x1eab");
+    }
+
+    /// A plain program is `exec`ed after the preamble, in the start directory: its pid is the
+    /// wrapper's, its exit code is the process's, and the report and marker descriptors are
+    /// closed; a name that is not on `PATH` gets bash's own error and exit record.
+    #[test]
+    fn the_exec_wrapper_execs_a_found_program_and_falls_back_for_a_missing_one() {
+        let argv = exec_wrapper_argv(
+            "/usr",
+            "hermes_x=1",
+            "sh -c 'echo \"$hermes_x\" $$; ls /proc/self/fd; exit 4'",
+            "sh",
+            "n0",
+        );
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .expect("bash");
+        let mut r = ReportReader::default();
+        r.push(&out.stderr);
+        let report = r.report();
+        assert_eq!(report.execed_in.as_deref(), Some("/usr"));
+        assert_eq!((report.exit, out.status.code()), (None, Some(4)));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        // The preamble's variable was not exported: `sh` does not see it.
+        assert_eq!(
+            lines.next(),
+            Some(format!(" {}", report.pid.unwrap()).as_str()),
+            "{text}"
+        );
+        let fds: Vec<&str> = lines.collect();
+        assert!(fds.contains(&"1"), "{text}");
+        assert!(!fds.contains(&"56") && !fds.contains(&"57"), "{text}");
+        let argv = exec_wrapper_argv("/", "", "no-such-program-x", "no-such-program-x", "n1");
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .expect("bash");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("command not found"));
+        let mut r = ReportReader::default();
+        r.push(&out.stderr);
+        assert_eq!(r.report().exit, Some((127, "/".into())));
+        assert_eq!(r.report().execed_in, None);
     }
 
     #[test]

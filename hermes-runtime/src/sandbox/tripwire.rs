@@ -6,7 +6,9 @@
 //! changes made since the agent started. Each fired wire is one line; any wire makes the
 //! rollout `tampered` (see `modes::rollout`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::change_scan::{ChangeScan, FOUND_MAX};
@@ -170,7 +172,8 @@ async fn wire_exec<S: Sandbox + ?Sized>(
 /// the trees rooted at `keep` and the processes in `skip` (the sandbox's own shell). Each is
 /// killed; returns `(pid, command)` per killed process. Only processes started since `birth`
 /// can be the sandbox's: only the pids the host handed out since are read (one `stat` read
-/// each), and of those only the ones started after it have their environment read.
+/// each), and of those only the ones started after it have their environment read (other
+/// sandboxes' shells, [`FrameworkShell`], are passed over).
 pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
@@ -183,6 +186,8 @@ pub(crate) fn kill_local_leftovers(
     let (mut killed, mut killed_pids) = (Vec::new(), Vec::new());
     for _round in 0..3 {
         let table = birth.processes_since();
+        let shells = framework_shells().clone();
+        let a_framework_shell = |p: &ProcessRow| shells.get(&p.pid) == Some(&p.started);
         let kept = |pid: u32| {
             let mut q = pid;
             for _ in 0..64 {
@@ -204,7 +209,7 @@ pub(crate) fn kill_local_leftovers(
         for p in &table {
             // Kernel threads (children of kthreadd, pid 2) have no environment to read.
             let kernel = p.pid == 2 || p.ppid == 2;
-            if p.pid == me || skip.contains(&p.pid) || p.zombie || kernel {
+            if p.pid == me || skip.contains(&p.pid) || p.zombie || kernel || a_framework_shell(p) {
                 continue;
             }
             if killed_pids.contains(&p.pid) {
@@ -229,6 +234,37 @@ pub(crate) fn kill_local_leftovers(
         }
     }
     killed
+}
+
+/// The persistent shells of this process's local sandboxes: pid → start time (boot-clock
+/// ticks). One sandbox's leftover scan does not read the environment of another sandbox's
+/// shell: the framework started it (with that sandbox's `HOME`), and a pid handed out again
+/// since has another start time. At 8 groups in flight those shells were most of the
+/// environment reads of each scan.
+static FRAMEWORK_SHELLS: Mutex<BTreeMap<u32, u64>> = Mutex::new(BTreeMap::new());
+
+/// A local sandbox's shell while it is registered in [`FRAMEWORK_SHELLS`] (until dropped).
+#[derive(Debug)]
+pub(crate) struct FrameworkShell(u32);
+
+impl FrameworkShell {
+    /// Registers the running process `pid` (`None` when its `/proc` row cannot be read: it is
+    /// then scanned like any other process).
+    pub fn register(pid: u32) -> Option<Self> {
+        let started = process_row(pid)?.started;
+        framework_shells().insert(pid, started);
+        Some(FrameworkShell(pid))
+    }
+}
+
+impl Drop for FrameworkShell {
+    fn drop(&mut self) {
+        framework_shells().remove(&self.0);
+    }
+}
+
+fn framework_shells() -> std::sync::MutexGuard<'static, BTreeMap<u32, u64>> {
+    FRAMEWORK_SHELLS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The environment block of `pid` (`None` when it is gone or not ours to read). A process in
@@ -669,6 +705,40 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(process_row(pid).is_some(), "its /proc row is read");
+        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        let status = child.wait().unwrap();
+        assert!(
+            killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
+            "{killed:?}"
+        );
+        assert!(!status.success(), "killed, not finished: {status}");
+    }
+
+    /// A registered framework shell is passed over by every sandbox's scan, even one whose
+    /// `HOME` it carries; once its registration is dropped it is a leftover like any other.
+    #[test]
+    fn a_registered_framework_shell_is_passed_over_until_it_is_unregistered() {
+        let home = tempfile::tempdir().unwrap();
+        let birth = Birth::now();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("HOME", home.path())
+            .spawn()
+            .expect("sleep");
+        let pid = child.id();
+        // Wait for the exec: before it the environment is this process's.
+        let marker = format!("HOME={}", home.path().display());
+        for _ in 0..200 {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if env.split(|&b| b == 0).any(|e| e == marker.as_bytes()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let registered = FrameworkShell::register(pid).expect("its /proc row is read");
+        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        assert!(killed.is_empty(), "{killed:?}");
+        drop(registered);
         let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
         let status = child.wait().unwrap();
         assert!(
