@@ -3,7 +3,8 @@
 //! api key on its command line) on the default local backend, and a scripted model runs
 //! `env` and reads `/proc/$PPID/environ` and `/proc/$PPID/cmdline` (its parent is the env
 //! process itself). None of the values may appear in what the model was sent, the JSONL, the
-//! HTML viewer, the W&B offline run, the evaluate files or the logs.
+//! HTML viewer, the W&B offline run, the evaluate files or the logs. Nor can a command read
+//! the env process's memory or reach the terminal it runs in.
 
 mod common;
 
@@ -369,4 +370,73 @@ async fn a_same_user_command_cannot_read_the_env_process_memory() {
     );
     assert!(result.contains("environ=denied"), "{result}");
     assert_clean("the JSONL", &jsonl);
+}
+
+/// Run from a terminal (here `script`'s pseudo-terminal), the env process has a controlling
+/// terminal; a command of the model's must not reach it: writing to `/dev/tty` would print on
+/// the user's screen, and `TIOCSTI` (where the kernel allows it) would type into the user's
+/// shell. The local backend starts commands in a session of their own, so `/dev/tty` does not
+/// open, for the one-shot first command and for the persistent shell's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_cannot_reach_the_terminal_the_env_process_runs_in() {
+    const PROBE: &str =
+        "sh -c 'if (: >/dev/tty) 2>/dev/null; then echo tty=open; else echo tty=none; fi'";
+    common::ensure_debian_package("script", "bsdutils");
+    let server = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        match messages.iter().filter(|m| m["role"] == "assistant").count() {
+            0 | 1 => Reply::tool("terminal", json!({"command": PROBE})),
+            _ => Reply::text("done"),
+        }
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = [
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "1",
+        "--env.use_wandb",
+        "false",
+        "--env.data_path_to_save_groups",
+        "out.jsonl",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server_args(&server.base_url()));
+    // `script` runs the line in a new session on a pseudo-terminal; the line first shows that
+    // the session has a terminal at all.
+    let quoted: Vec<String> =
+        std::iter::once(common::example_bin("terminal_test").display().to_string())
+            .chain(args)
+            .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+            .collect();
+    let line = format!(
+        "{{ : >/dev/tty; }} 2>/dev/null && echo env-tty=open; exec {} 2>stderr.log",
+        quoted.join(" ")
+    );
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run the example under script");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = std::fs::read_to_string(tmp.path().join("stderr.log")).unwrap_or_default();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("env-tty=open"),
+        "the env process must have a controlling terminal for this test: {stdout}"
+    );
+    let jsonl = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+    // The tool results, as the JSONL's messages hold them (the command text names both).
+    assert_eq!(
+        jsonl.matches(r#"\"output\": \"tty=none\""#).count(),
+        2,
+        "both commands ran without a terminal: {jsonl}"
+    );
 }

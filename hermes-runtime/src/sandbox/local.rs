@@ -1,7 +1,8 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
 //! start of its persistent working directory), one persistent shell (started by the second
 //! command when the first is one plain program, which its one-shot wrapper `exec`s), and each
-//! command its own process group, killed on timeout and at teardown. Commands start from a cleared environment plus an allowlist
+//! command its own process group, killed on timeout and at teardown (and, when this process
+//! has a controlling terminal, a session without it). Commands start from a cleared environment plus an allowlist
 //! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
@@ -10,7 +11,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -44,6 +45,31 @@ const INHERITED: &[&str] = &["PATH", "LANG", "TERM", "TZ", "USER", "SHELL"];
 
 /// `PATH` when the host process has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Whether this process has a controlling terminal (run from a shell, not from a service or
+/// CI), checked once.
+static HAS_TERMINAL: LazyLock<bool> = LazyLock::new(|| std::fs::File::open("/dev/tty").is_ok());
+
+/// Gives a command a process group of its own (the group a timeout and the teardown kill)
+/// and, when this process has a controlling terminal, a session of its own: otherwise a
+/// command could open `/dev/tty` and print on the user's screen or, where the kernel allows
+/// `TIOCSTI`, type into the user's shell. Without a terminal a new group is enough and keeps
+/// std's `posix_spawn` path; `setsid` in a `pre_exec` makes std fork this process instead.
+fn detached(command: &mut Command) -> &mut Command {
+    if !*HAS_TERMINAL {
+        return command.process_group(0);
+    }
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+    // which is async-signal-safe and touches no memory.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
 
 /// The whole environment of a local command: the allowlisted host variables
 /// ([`INHERITED`], `LC_*`), `HOME` = the scratch directory, then the author's
@@ -282,7 +308,7 @@ impl LocalSandbox {
             None => wrapper_argv(&cwd_text, &request.command, &nonce),
         };
         self.spawned.store(true, SeqCst);
-        let mut child = Command::new(&self.bash)
+        let mut child = detached(&mut Command::new(&self.bash))
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -290,7 +316,6 @@ impl LocalSandbox {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .spawn()
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32);
@@ -405,7 +430,7 @@ impl LocalSandbox {
     fn spawn_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
         let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
         self.spawned.store(true, SeqCst);
-        let mut child = Command::new(&self.bash)
+        let mut child = detached(&mut Command::new(&self.bash))
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -413,7 +438,6 @@ impl LocalSandbox {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .spawn()
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let link = LocalLink {

@@ -374,10 +374,7 @@ impl<E: Environment> Loop<E> {
                 info!("queue drained to {} groups: resuming", status.queue_size);
                 self.paused = false;
             }
-            // Groups still being delivered count as running workers, as in upstream, whose
-            // workers post their own groups.
-            let undelivered = self.outbox.undelivered() as i64;
-            let cap = (worker_cap(&self.cap_inputs()) - undelivered).max(0) as usize;
+            let cap = worker_cap(&self.cap_inputs()).max(0) as usize;
             self.workers.fill_to(cap).await;
         }
     }
@@ -395,6 +392,7 @@ impl<E: Environment> Loop<E> {
             group_size: c.group_size,
             min_batch_allocation: c.min_batch_allocation,
             status: self.status.as_ref(),
+            undelivered: self.outbox.undelivered() as i64,
         }
     }
 

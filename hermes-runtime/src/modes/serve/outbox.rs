@@ -71,8 +71,8 @@ impl Outbox {
     }
 
     /// Groups handed to the outbox and not yet answered for: queued and in flight. The worker
-    /// cap counts them as running workers (upstream's worker posts its own group), so a send
-    /// still on its way cannot let the loop start a worker past the off-policy cap.
+    /// cap counts them in the off-policy budget, so a send still on its way cannot let the
+    /// loop start a worker past it.
     pub(super) fn undelivered(&self) -> usize {
         self.queue.len() + self.in_flight.len()
     }
@@ -116,7 +116,10 @@ impl Outbox {
 
     fn undeliverable(&mut self, group: ScoredDataGroup, e: &ApiError) {
         if self.failed_since.is_none() {
-            warn!("cannot send a group: {e}; keeping it to resend");
+            warn!(
+                "cannot send a group: {e}; keeping it to resend (groups not delivered count \
+                 against max_batches_offpolicy: new rollouts wait once they fill it)"
+            );
             self.failed_since = Some(Instant::now());
         }
         self.queue.push_back(group);

@@ -78,6 +78,10 @@ pub struct CapInputs<'a> {
     pub min_batch_allocation: Option<f64>,
     /// The latest `/status-env`.
     pub status: Option<&'a EnvStatus>,
+    /// Groups finished but not yet acknowledged by the API (in flight or waiting to be
+    /// resent): part of the off-policy budget, as upstream's workers post their own groups,
+    /// but not of the concurrency (`max_num_workers`), since no rollout runs for them.
+    pub undelivered: i64,
 }
 
 /// How many workers may run now (upstream `add_train_workers` arithmetic).
@@ -93,15 +97,15 @@ pub fn worker_cap(c: &CapInputs<'_>) -> i64 {
     let g = c.group_size.max(1);
     let queue = c.status.map_or(0, |s| s.queue_size);
     let derived = derived_batch_size(c.batch_size, c.status, c.min_batch_allocation);
-    cap = cap.min((c.max_batches_offpolicy * derived).div_euclid(g) - queue);
+    cap = cap.min((c.max_batches_offpolicy * derived).div_euclid(g) - queue - c.undelivered);
     if let (Some(a), Some(s)) = (c.min_batch_allocation, c.status) {
         let big = s.max_group_size.max(1) as f64;
         let gf = g as f64;
         let needed = (a * c.batch_size as f64 * c.max_batches_offpolicy as f64 / big).ceil();
         let have = ((big * s.self_queue_size as f64) / (big / gf)).floor();
-        let floor = (((needed + (big / gf).floor()) * big - have) / gf)
-            .ceil()
-            .max(0.0) as i64;
+        let floor = ((((needed + (big / gf).floor()) * big - have) / gf).ceil() as i64
+            - c.undelivered)
+            .max(0);
         cap = cap.max(floor);
     }
     cap
@@ -161,6 +165,7 @@ mod tests {
             group_size: 2,
             min_batch_allocation: None,
             status: Some(&s),
+            undelivered: 0,
         };
         assert_eq!(worker_cap(&base), 3 * 4 / 2 - 2);
         assert_eq!(
@@ -194,6 +199,26 @@ mod tests {
             ..base
         };
         assert_eq!(worker_cap(&alloc), 2);
+        // Groups still being delivered use the off-policy budget, not the worker slots.
+        let sending = CapInputs {
+            undelivered: 3,
+            ..base
+        };
+        assert_eq!(worker_cap(&sending), 3 * 4 / 2 - 2 - 3);
+        let few_workers = CapInputs {
+            max_num_workers: 1,
+            undelivered: 2,
+            ..base
+        };
+        assert_eq!(worker_cap(&few_workers), 1, "a worker slot stays free");
+        assert_eq!(
+            worker_cap(&CapInputs {
+                undelivered: 1,
+                ..alloc
+            }),
+            1,
+            "the minimum allocation's floor counts them too"
+        );
         assert_eq!(derived_batch_size(4, Some(&s), Some(0.5)), 6);
     }
 }
