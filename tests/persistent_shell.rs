@@ -86,6 +86,7 @@ both_backends!(
     a_daemons_later_output_does_not_reach_the_next_call,
     a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires,
     a_plain_program_is_execed_with_the_results_bash_would_give,
+    a_shorter_cwd_written_over_a_longer_one_is_read_whole,
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
@@ -99,6 +100,22 @@ async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
     run(&*s, "export X=1; mkdir -p sub; cd sub").await;
     let (_, out) = run(&*s, "echo \"[$X]\"; basename \"$PWD\"").await;
     assert_eq!(out, "[]\nsub\n");
+}
+
+/// The state file that carries the working directory is written over, not truncated: a
+/// shorter path after a longer one must not pick up the longer one's tail.
+async fn a_shorter_cwd_written_over_a_longer_one_is_read_whole(s: Arc<dyn Sandbox>) {
+    let long = "a-rather-long-directory-name/with/several/levels/below-it";
+    run(&*s, &format!("mkdir -p {long} short; cd {long}")).await;
+    let (_, out) = run(&*s, "pwd").await;
+    assert!(out.trim().ends_with(long), "{out}");
+    let (_, home) = run(&*s, "cd ../../../../.. && pwd").await;
+    run(&*s, "cd short").await;
+    let (code, out) = run(&*s, "pwd; ls -d ../short").await;
+    assert_eq!(code, 0, "the cwd is a real directory: {out}");
+    assert_eq!(out, format!("{}/short\n../short\n", home.trim()));
+    run(&*s, "cd /").await;
+    assert_eq!(run(&*s, "pwd").await, (0, "/\n".to_owned()));
 }
 
 async fn a_shell_that_dies_mid_rollout_is_replaced_and_the_cwd_kept(s: Arc<dyn Sandbox>) {
