@@ -50,15 +50,43 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// CI), checked once.
 static HAS_TERMINAL: LazyLock<bool> = LazyLock::new(|| std::fs::File::open("/dev/tty").is_ok());
 
-/// Gives a command a process group of its own (the group a timeout and the teardown kill)
-/// and, when this process has a controlling terminal, a session of its own: otherwise a
-/// command could open `/dev/tty` and print on the user's screen or, where the kernel allows
-/// `TIOCSTI`, type into the user's shell. Without a terminal a new group is enough and keeps
-/// std's `posix_spawn` path; `setsid` in a `pre_exec` makes std fork this process instead.
-fn detached(command: &mut Command) -> &mut Command {
+/// util-linux's `setsid`, when this host has it.
+static SETSID: LazyLock<Option<PathBuf>> = LazyLock::new(|| {
+    ["/usr/bin/setsid", "/bin/setsid"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+});
+
+/// A command starting `bash` in a process group of its own (the group a timeout and the
+/// teardown kill) and, when this process has a controlling terminal, in a session of its own:
+/// otherwise a command could open `/dev/tty` and print on the user's screen or, where the
+/// kernel allows `TIOCSTI`, type into the user's shell. Without a terminal a new group is
+/// enough. With one, bash starts through `setsid(1)` (one more exec; std's `setsid` is not
+/// stable, and a `pre_exec` would make std fork this process, whose copy-on-write faults
+/// doubled the framework's CPU per turn in the benchmark); without `setsid(1)`, through that
+/// fork, with one warning.
+fn bash_command(bash: &Path) -> Command {
     if !*HAS_TERMINAL {
-        return command.process_group(0);
+        let mut command = Command::new(bash);
+        command.process_group(0);
+        return command;
     }
+    if let Some(setsid) = SETSID.as_deref() {
+        // Not a group leader (no process_group), so setsid(1) calls setsid(2) and execs bash
+        // in place: the child's pid stays bash's.
+        let mut command = Command::new(setsid);
+        command.arg("--").arg(bash);
+        return command;
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        warn!(
+            "run from a terminal and setsid(1) is missing: the local backend forks this process \
+             to detach each shell from the terminal (slower); install util-linux"
+        )
+    });
+    let mut command = Command::new(bash);
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
     // which is async-signal-safe and touches no memory.
     unsafe {
@@ -67,8 +95,9 @@ fn detached(command: &mut Command) -> &mut Command {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
-        })
+        });
     }
+    command
 }
 
 /// The whole environment of a local command: the allowlisted host variables
@@ -308,7 +337,7 @@ impl LocalSandbox {
             None => wrapper_argv(&cwd_text, &request.command, &nonce),
         };
         self.spawned.store(true, SeqCst);
-        let mut child = detached(&mut Command::new(&self.bash))
+        let mut child = bash_command(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -430,7 +459,7 @@ impl LocalSandbox {
     fn spawn_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
         let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
         self.spawned.store(true, SeqCst);
-        let mut child = detached(&mut Command::new(&self.bash))
+        let mut child = bash_command(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
