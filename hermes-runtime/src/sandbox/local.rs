@@ -2,8 +2,9 @@
 //! start of its persistent working directory), one persistent shell (started by the second
 //! command when the first is one plain program, which its one-shot wrapper `exec`s), and each
 //! command its own process group, killed on timeout and at teardown (and, when this process
-//! has a controlling terminal, a session without it). Commands start from a cleared environment plus an allowlist
-//! (`sandbox_env`), so the host process's secrets are not inherited. It is not a security
+//! has a controlling terminal, a session without it). Commands start from a cleared
+//! environment plus an allowlist (`sandbox_env`), so the host process's secrets are not
+//! inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
 
