@@ -7,7 +7,9 @@
 //! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass. A
 //! command that is one plain program is `exec`ed by its subshell, with the same results. On
 //! the local backend the first command of a sandbox (or after `reset_processes`) that is one
-//! plain program is `exec`ed by a one-shot wrapper instead of starting the shell for it.
+//! plain program is `exec`ed by a one-shot wrapper instead of starting the shell for it, and a
+//! command of literal words only is started by the framework itself, with the shell's results.
+//! A command sees the locale and `IFS` of a fresh bash, not the ones the shell reads frames in.
 
 mod common;
 
@@ -87,6 +89,7 @@ both_backends!(
     a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires,
     a_plain_program_is_execed_with_the_results_bash_would_give,
     a_shorter_cwd_written_over_a_longer_one_is_read_whole,
+    a_command_sees_the_locale_and_field_splitting_a_fresh_bash_has,
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
@@ -276,7 +279,8 @@ async fn a_plain_program_is_execed_with_the_results_bash_would_give(s: Arc<dyn S
     let shell = shell_pid(&*s).await;
     // `cat` reading its own stat line: exec'd, it is the shell's child and leads its own
     // process group (forked from the subshell, its parent would be the subshell).
-    let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+    // (Quoted: a command of literal words only starts without a shell on the local backend.)
+    let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
     assert_eq!(code, 0, "{stat}");
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -318,6 +322,26 @@ async fn a_plain_program_is_execed_with_the_results_bash_would_give(s: Arc<dyn S
     assert_eq!((code, out.trim().ends_with("/d")), (0, true), "{out}");
 }
 
+/// The shell reads its frames in the C locale with an empty `IFS`; the command must not see
+/// either: its locale (multibyte lengths), `IFS` and `LC_ALL` are those of a fresh `bash -c`.
+async fn a_command_sees_the_locale_and_field_splitting_a_fresh_bash_has(s: Arc<dyn Sandbox>) {
+    let probe = r#"s=$(printf '\303\251'); read -r a b <<< " x  y "; printf '%s %q %s [%s]\n' "${#s}" "$IFS" "${LC_ALL-unset}" "$b""#;
+    let persistent = run(&*s, probe).await;
+    let fresh = s.exec_one_shot(req(probe)).await.expect("one-shot exec");
+    assert_eq!(persistent, (fresh.exit_code, fresh.output.clone()));
+    assert!(
+        persistent.1.ends_with(" $' \\t\\n' unset [y]\n"),
+        "{persistent:?}"
+    );
+    let (_, lang) = run(&*s, "echo \"$LANG\"").await;
+    if lang.trim_end().ends_with("UTF-8") {
+        assert!(
+            persistent.1.starts_with("1 "),
+            "{lang}: é is one character: {persistent:?}"
+        );
+    }
+}
+
 /// `(parent pid, process group)` from a `/proc/self/stat` line.
 fn parent_and_group(stat: &str) -> (String, String) {
     let fields: Vec<&str> = stat
@@ -338,7 +362,8 @@ fn parent_and_group(stat: &str) -> (String, String) {
 async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_starts_the_shell() {
     with_backend("local", |s| async move {
         let me = std::process::id().to_string();
-        let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+        // Quoted, so that the command is not one this process starts itself.
+        let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
         let pid = stat
             .split_whitespace()
             .next()
@@ -347,7 +372,7 @@ async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_sta
         assert_eq!(code, 0, "{stat}");
         assert_eq!(parent_and_group(&stat), (me.clone(), pid), "{stat}");
         s.reset_processes().await.expect("reset");
-        let (code, out) = run(&*s, "ls /no/such/path").await;
+        let (code, out) = run(&*s, "ls '/no/such/path'").await;
         assert_eq!(code, 2, "{out}");
         assert!(out.contains("No such file or directory"), "{out}");
         s.reset_processes().await.expect("reset");
@@ -368,10 +393,114 @@ async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_sta
         assert_eq!(code, 0, "{home}");
         let shell = shell_pid(&*s).await;
         assert_ne!(shell, me);
-        let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+        let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
         assert_eq!(code, 0, "{stat}");
         assert_eq!(parent_and_group(&stat).0, shell, "{stat}");
         assert_eq!(run(&*s, "pwd").await, (0, home));
+    })
+    .await;
+}
+
+/// Local backend: a command of literal words only (`cat notes.txt`, `wc -c ~/f`) is started
+/// by this process itself, with or without a running shell, in a process group of its own:
+/// its output, exit code, environment and working directory are what the shell gives the same
+/// command quoted (which takes the shell path); a timeout kills it, a daemon it leaves does not
+/// hold the call, and the verifier's clean one-shot commands start the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_a_command_of_literal_words_starts_without_a_shell_with_the_shells_results() {
+    with_backend("local", |s| async move {
+        let me = std::process::id().to_string();
+        run(&*s, "mkdir -p d; cd d; printf abc > ~/f").await;
+        let shell = shell_pid(&*s).await;
+        let (code, stat) = run(&*s, "cat /proc/self/stat").await;
+        let pid = stat
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(
+            (code, parent_and_group(&stat)),
+            (0, (me.clone(), pid)),
+            "{stat}"
+        );
+        let sorted_lines = |(code, out): (i32, String)| {
+            let mut lines: Vec<String> = out.split(['\n', '\0']).map(String::from).collect();
+            lines.sort();
+            (code, lines)
+        };
+        for (direct, through_the_shell) in [
+            ("cat /proc/self/environ", "cat '/proc/self/environ'"),
+            ("env -u X_NOT_SET", "env -u 'X_NOT_SET'"),
+            ("cat missing.txt", "cat 'missing.txt'"),
+            ("wc -c ~/f", "wc -c \"$HOME/f\""),
+            ("ls -a .", "ls -a '.'"),
+            ("ls /no/such/path", "ls '/no/such/path'"),
+            ("sh -c exit", "sh -c 'exit'"),
+        ] {
+            assert_eq!(
+                sorted_lines(run(&*s, direct).await),
+                sorted_lines(run(&*s, through_the_shell).await),
+                "{direct}"
+            );
+        }
+        assert_eq!(
+            run(&*s, "wc -c ~/f").await.1.split_whitespace().next(),
+            Some("3")
+        );
+        // The shell is still the one started above, its working directory unchanged.
+        assert_eq!(shell_pid(&*s).await, shell);
+        assert!(run(&*s, "pwd").await.1.trim_end().ends_with("/d"));
+        // A timeout kills the program's group; a daemon it leaves holding the output does
+        // not hold the call beyond the drain.
+        let started = std::time::Instant::now();
+        let out = s
+            .exec(ExecRequest::new("sleep 20", Duration::from_secs(1)))
+            .await
+            .expect("exec");
+        assert_eq!(
+            (out.exit_code, out.timed_out),
+            (124, true),
+            "{}",
+            out.output
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let started = std::time::Instant::now();
+        let (code, out) = run(&*s, "setsid -f sleep 20").await;
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        s.reset_processes().await.expect("reset");
+        // The verifier's command: one-shot, from the home, with the clean PATH.
+        let verifier = |command: &str| {
+            req(command)
+                .with_preamble(hermes_runtime::context::CLEAN_PREAMBLE)
+                .with_workdir("~")
+        };
+        let out = s
+            .exec_one_shot(verifier("cat /proc/self/stat"))
+            .await
+            .expect("exec");
+        assert_eq!(parent_and_group(&out.output).0, me, "{}", out.output);
+        let one_shot = |command: &'static str| {
+            let s = s.clone();
+            async move {
+                let out = s.exec_one_shot(verifier(command)).await.expect("exec");
+                sorted_lines((out.exit_code, out.output))
+            }
+        };
+        let direct = one_shot("env -u X_NOT_SET").await;
+        assert_eq!(direct, one_shot("env -u 'X_NOT_SET'").await);
+        assert!(
+            direct.1.iter().any(|l| l == "PYTHONNOUSERSITE=1"),
+            "{direct:?}"
+        );
     })
     .await;
 }

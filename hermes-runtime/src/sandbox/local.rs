@@ -1,7 +1,8 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
 //! start of its persistent working directory), one persistent shell (started by the second
-//! command when the first is one plain program, which its one-shot wrapper `exec`s), and each
-//! command its own process group, killed on timeout and at teardown (and, when this process
+//! command when the first is one plain program, which its one-shot wrapper `exec`s), a command
+//! of literal words only started without a shell (`direct.rs`), and each command its own
+//! process group, killed on timeout and at teardown (and, when this process
 //! has a controlling terminal, a session without it). Commands start from a cleared
 //! environment plus an allowlist (`sandbox_env`), so the host process's secrets are not
 //! inherited. It is not a security
@@ -23,6 +24,7 @@ use tracing::warn;
 
 use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
+use super::direct::{launch, InPlaceOf, Launch};
 use super::links::check_no_link_ancestors;
 use super::persistent::{
     exec_word, frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
@@ -99,6 +101,39 @@ fn bash_command(bash: &Path) -> Command {
         });
     }
     command
+}
+
+/// The command starting a [`Launch`] detached as [`bash_command`] starts bash: without a
+/// terminal in a process group of its own (`argv[0]` is the name as typed, as bash passes it),
+/// with one through `setsid(1)`, which finds the program on the same `PATH`. The caller has
+/// checked that `setsid(1)` is there when it is needed.
+fn launch_command(launch: &Launch) -> Command {
+    let mut command = match SETSID.as_deref().filter(|_| *HAS_TERMINAL) {
+        None => {
+            let mut command = Command::new(&launch.program);
+            command.arg0(&launch.argv[0]).process_group(0);
+            command
+        }
+        Some(setsid) => {
+            let mut command = Command::new(setsid);
+            command.arg("--").arg(&launch.argv[0]);
+            command
+        }
+    };
+    command
+        .args(&launch.argv[1..])
+        .current_dir(&launch.cwd)
+        .env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)));
+    command
+}
+
+/// A process's exit code as a shell reports it: 128 + the signal that killed it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// The whole environment of a local command: the allowlisted host variables
@@ -238,6 +273,9 @@ pub struct LocalSandbox {
     env: Vec<(OsString, OsString)>,
     /// `bash` as found in `env`'s `PATH`.
     bash: PathBuf,
+    /// The scratch directory as bash's `PWD` names it when a shell starts there (physical):
+    /// the `OLDPWD` of a command started without a shell.
+    start_dir: PathBuf,
     /// When the sandbox was made: no older process can be its.
     birth: Birth,
     /// The persistent shell, started by the first command (and again after it died).
@@ -265,6 +303,7 @@ impl LocalSandbox {
         let bash = program_in_path(&env, "bash");
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let state_file = dir.with_file_name(format!(".{name}.hermes-cwd-{}", short_id()));
+        let start_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         LocalSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
@@ -278,6 +317,7 @@ impl LocalSandbox {
             process_groups: ProcessGroups::default(),
             env,
             bash,
+            start_dir,
             birth: Birth::now(),
         }
     }
@@ -407,20 +447,103 @@ impl LocalSandbox {
             *self.cwd.lock().expect("lock poisoned") = PathBuf::from(final_cwd);
         }
         let exit_code = match status {
-            Some(Ok(s)) => s.code().unwrap_or_else(|| {
-                use std::os::unix::process::ExitStatusExt;
-                128 + s.signal().unwrap_or(0)
-            }),
+            Some(Ok(s)) => exit_code(s),
             Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for command: {e}"))),
             None => -1,
         };
         Ok(ExecOutput::finished(capture, exit_code))
     }
 
+    /// Runs a request without a shell when it is one program bash would only start (see
+    /// `direct.rs`) and this process can start it detached without forking itself; `None`
+    /// leaves it to the shell.
+    async fn exec_direct(
+        &self,
+        cwd: &Path,
+        request: &ExecRequest,
+        in_place_of: InPlaceOf,
+    ) -> Result<Option<ExecOutput>, SandboxError> {
+        if *HAS_TERMINAL && SETSID.is_none() {
+            return Ok(None);
+        }
+        let (preamble, command) = request.parts();
+        let at = (cwd, self.start_dir.as_path());
+        match launch(preamble, command, at, in_place_of, &self.env) {
+            Some(launch) => self.run_launch(&launch, request).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Runs a [`Launch`] without a shell: its stdout and stderr share one pipe (the shell's
+    /// `2>&1`), read to its end, or for [`DRAIN_MAX`] after the exit when something the
+    /// program started holds the pipe; a timeout kills its process group. `None` when it
+    /// cannot start (the shell path then runs the command and reports what bash reports).
+    async fn run_launch(
+        &self,
+        launch: &Launch,
+        request: &ExecRequest,
+    ) -> Result<Option<ExecOutput>, SandboxError> {
+        let io = |e: std::io::Error| SandboxError::Io(format!("output pipe: {e}"));
+        let (writer, mut reader) = tokio::net::unix::pipe::pipe().map_err(io)?;
+        let stdout = writer.into_blocking_fd().map_err(io)?;
+        let stderr = stdout.try_clone().map_err(io)?;
+        let mut command = launch_command(launch);
+        command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+        let spawned = command.spawn();
+        // The command holds this process's copies of the pipe's write end.
+        drop(command);
+        let Ok(mut child) = spawned else {
+            return Ok(None);
+        };
+        self.spawned.store(true, SeqCst);
+        let pgid = child.id().map(|p| p as i32);
+        if let Some(pgid) = pgid {
+            self.process_groups.add(pgid);
+        }
+        let mut capture = CappedOutput::new(request.output_limit);
+        let deadline = Instant::now() + request.timeout;
+        let mut buf = vec![0u8; 16 * 1024];
+        let (mut eof, mut status, mut drain_until) = (false, None, None);
+        let status = loop {
+            let until = match &status {
+                Some(exit) if eof => break exit,
+                Some(_) => *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX),
+                None => deadline,
+            };
+            tokio::select! {
+                read = reader.read(&mut buf), if !eof => match read {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(n) => capture.push(&buf[..n]),
+                },
+                exit = child.wait(), if status.is_none() => status = Some(exit),
+                _ = sleep_until(until) => {
+                    if let Some(exit) = &status {
+                        break exit;
+                    }
+                    if let Some(pgid) = pgid {
+                        kill_group(pgid);
+                    }
+                    let _ = child.wait().await;
+                    return Ok(Some(ExecOutput::killed_by_deadline(capture, request.timeout)));
+                }
+            }
+        };
+        match status {
+            Ok(s) => Ok(Some(ExecOutput::finished(capture, exit_code(*s)))),
+            Err(e) => Err(SandboxError::Io(format!("waiting for command: {e}"))),
+        }
+    }
+
     /// Runs one command in the persistent shell (one-shot when the shell is busy or cannot
     /// start).
     async fn exec_in_shell(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let cwd = self.command_cwd(&request)?;
+        if let Some(out) = self
+            .exec_direct(&cwd, &request, InPlaceOf::PersistentShell)
+            .await?
+        {
+            return Ok(out);
+        }
         let Ok(mut slot) = self.shell.try_lock() else {
             // Another command of this sandbox is running in the shell: run this one beside it.
             return self.exec_one_shot_in(cwd, request).await;
@@ -578,13 +701,7 @@ impl ShellLink for LocalLink {
 
     async fn exit_code(&mut self) -> Option<i32> {
         let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
-        let status = status.ok()?.ok()?;
-        use std::os::unix::process::ExitStatusExt;
-        Some(
-            status
-                .code()
-                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-        )
+        Some(exit_code(status.ok()?.ok()?))
     }
 
     async fn close(&mut self) {
@@ -639,7 +756,11 @@ impl Sandbox for LocalSandbox {
 
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let cwd = self.command_cwd(&request)?;
-        let out = self.exec_one_shot_in(cwd, request).await;
+        let out = match self.exec_direct(&cwd, &request, InPlaceOf::OneShot).await {
+            Ok(Some(out)) => Ok(out),
+            Ok(None) => self.exec_one_shot_in(cwd, request).await,
+            Err(e) => Err(e),
+        };
         self.process_groups.prune();
         out
     }
