@@ -376,7 +376,8 @@ async fn a_same_user_command_cannot_read_the_env_process_memory() {
 /// terminal; a command of the model's must not reach it: writing to `/dev/tty` would print on
 /// the user's screen, and `TIOCSTI` (where the kernel allows it) would type into the user's
 /// shell. The local backend starts commands in a session of their own, so `/dev/tty` does not
-/// open, for the one-shot first command and for the persistent shell's.
+/// open, for the one-shot first command, the persistent shell's, and one started without a
+/// shell.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_command_cannot_reach_the_terminal_the_env_process_runs_in() {
     const PROBE: &str =
@@ -386,6 +387,8 @@ async fn a_command_cannot_reach_the_terminal_the_env_process_runs_in() {
         let messages = request["messages"].as_array().unwrap();
         match messages.iter().filter(|m| m["role"] == "assistant").count() {
             0 | 1 => Reply::tool("terminal", json!({"command": PROBE})),
+            // Literal words only: started without a shell.
+            2 => Reply::tool("terminal", json!({"command": "head -c0 /dev/tty"})),
             _ => Reply::text("done"),
         }
     })
@@ -438,5 +441,9 @@ async fn a_command_cannot_reach_the_terminal_the_env_process_runs_in() {
         jsonl.matches(r#"\"output\": \"tty=none\""#).count(),
         2,
         "both commands ran without a terminal: {jsonl}"
+    );
+    assert!(
+        jsonl.contains("cannot open '/dev/tty' for reading: No such device or address"),
+        "the command started without a shell ran without a terminal: {jsonl}"
     );
 }
