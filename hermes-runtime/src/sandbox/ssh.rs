@@ -20,6 +20,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::time::{sleep_until, Instant};
+use tracing::warn;
 
 use super::archive::{fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked};
 use super::bounded::READ_LIMIT;
@@ -35,6 +36,10 @@ const REMOTE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 
 /// Upper bound on reading after the command's exit when its end marker is missing.
 const DRAIN_MAX: Duration = Duration::from_millis(500);
+
+/// How long a command that timed out before its wrapper reported its process group (a slow
+/// connection: the deadline came first) is given to report it, so that the group is killed.
+const PID_GRACE: Duration = Duration::from_secs(10);
 
 /// Limit of the short helper calls (mkdir, kill, rm, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -498,14 +503,22 @@ impl SshSandbox {
         if !sync.seen() {
             sync.flush(|b| capture.push(b));
         }
-        let outcome = report.report();
         if timed_out {
-            if let Some(pid) = outcome.pid {
-                self.kill_group(pid).await;
+            if !rep_eof && report.report().pid.is_none() {
+                await_pid(&mut stderr, &mut report).await;
+            }
+            match report.report().pid {
+                Some(pid) => self.kill_group(pid).await,
+                None => warn!(
+                    "ssh sandbox: a command timed out before its remote wrapper reported its \
+                     process group within {PID_GRACE:?}; it may still run on the host until \
+                     teardown"
+                ),
             }
             let _ = child.kill().await;
             return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
+        let outcome = report.report();
         let code = match status {
             Some(Ok(s)) => s.code().unwrap_or(-1),
             Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for ssh: {e}"))),
@@ -525,6 +538,21 @@ impl SshSandbox {
         }
         Ok(ExecOutput::finished(capture, exit_code))
     }
+}
+
+/// Reads the report channel until it names the command's process group, ends, or
+/// [`PID_GRACE`] passes.
+async fn await_pid(stderr: &mut tokio::process::ChildStderr, report: &mut ReportReader) {
+    let mut buf = vec![0u8; 1024];
+    let read_until_pid = async {
+        while report.report().pid.is_none() {
+            match stderr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => report.push(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(PID_GRACE, read_until_pid).await;
 }
 
 #[async_trait]
