@@ -282,15 +282,9 @@ async fn a_plain_program_is_execed_with_the_results_bash_would_give(s: Arc<dyn S
     // (Quoted: a command of literal words only starts without a shell on the local backend.)
     let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
     assert_eq!(code, 0, "{stat}");
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let pid = stat.split_whitespace().next().unwrap_or_default();
     assert_eq!(
-        (fields.get(1).copied(), fields.get(2).copied()),
-        (Some(shell.as_str()), Some(pid)),
+        parent_and_group(&stat),
+        (shell.clone(), pid_of(&stat)),
         "cat was not exec'd by its subshell: {stat}"
     );
     // Redirections, failures and a name that is not a program behave as in bash.
@@ -342,6 +336,14 @@ async fn a_command_sees_the_locale_and_field_splitting_a_fresh_bash_has(s: Arc<d
     }
 }
 
+/// The pid of a `/proc/self/stat` line.
+fn pid_of(stat: &str) -> String {
+    stat.split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// `(parent pid, process group)` from a `/proc/self/stat` line.
 fn parent_and_group(stat: &str) -> (String, String) {
     let fields: Vec<&str> = stat
@@ -364,11 +366,7 @@ async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_sta
         let me = std::process::id().to_string();
         // Quoted, so that the command is not one this process starts itself.
         let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
-        let pid = stat
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let pid = pid_of(&stat);
         assert_eq!(code, 0, "{stat}");
         assert_eq!(parent_and_group(&stat), (me.clone(), pid), "{stat}");
         s.reset_processes().await.expect("reset");
@@ -413,11 +411,7 @@ async fn local_a_command_of_literal_words_starts_without_a_shell_with_the_shells
         run(&*s, "mkdir -p d; cd d; printf abc > ~/f").await;
         let shell = shell_pid(&*s).await;
         let (code, stat) = run(&*s, "cat /proc/self/stat").await;
-        let pid = stat
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let pid = pid_of(&stat);
         assert_eq!(
             (code, parent_and_group(&stat)),
             (0, (me.clone(), pid)),
