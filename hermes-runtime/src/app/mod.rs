@@ -48,7 +48,11 @@ pub fn main<E: Environment>() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: a run is one future (its groups and rollouts are joined, not spawned), so
+    // a multi-thread runtime only moved each I/O event to a worker that then woke this thread
+    // (two context switches per HTTP reply, pipe read or child exit). Blocking work still goes
+    // to tokio's blocking pool. See README "Speed" for the figures.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
