@@ -594,7 +594,7 @@ impl LocalSandbox {
             .spawn()
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let link = LocalLink {
-            _registered: child.id().and_then(FrameworkShell::register),
+            registered: child.id().map(FrameworkShell::register),
             pgid: child.id().map(|p| p as i32),
             stdin: child.stdin.take().expect("stdin is piped"),
             report: child.stdout.take().expect("stdout is piped"),
@@ -655,8 +655,9 @@ pub(crate) struct LocalLink {
     output_eof: bool,
     /// The report channel ended: the shell is gone; what is left of its output is drained.
     report_eof: bool,
-    /// Its entry among the framework's shells (other sandboxes' scans pass it over).
-    _registered: Option<FrameworkShell>,
+    /// Its entry among the framework's shells (leftover scans pass it over); dropped before
+    /// the shell is reaped, while its pid is still its own.
+    registered: Option<FrameworkShell>,
 }
 
 #[async_trait]
@@ -700,6 +701,8 @@ impl ShellLink for LocalLink {
     }
 
     async fn exit_code(&mut self) -> Option<i32> {
+        // Reaping frees the pid for the kernel to hand out again.
+        self.registered = None;
         let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
         Some(exit_code(status.ok()?.ok()?))
     }
@@ -715,6 +718,8 @@ impl ShellLink for LocalLink {
 
 impl Drop for LocalLink {
     fn drop(&mut self) {
+        // `try_wait` may reap the shell (see `exit_code`).
+        self.registered = None;
         // Only while the shell is not reaped is its pid (and so its group's id) still its own.
         if let (Some(pgid), Ok(None)) = (self.pgid, self.child.try_wait()) {
             kill_group(pgid);
@@ -837,19 +842,13 @@ impl Sandbox for LocalSandbox {
             // No process of this sandbox was ever started (file tools only): none can be left.
             return Ok(Vec::new());
         }
-        // The persistent shell is the framework's own process, not a leftover of the agent's.
-        let shell = self
-            .shell
-            .lock()
-            .await
-            .as_ref()
-            .and_then(|s| s.link().child.id());
+        // The persistent shell is the framework's own process, not a leftover of the agent's:
+        // it is registered as a `FrameworkShell`, which every scan passes over.
         let groups = self.process_groups.current();
         let (home, keep, birth) = (self.dir.clone(), keep.to_vec(), self.birth);
-        let skip: Vec<u32> = shell.into_iter().collect();
         blocking(move || {
             Ok(super::tripwire::kill_local_leftovers(
-                &home, &groups, &keep, &skip, &birth,
+                &home, &groups, &keep, &birth,
             ))
         })
         .await

@@ -365,11 +365,6 @@ impl<L: ShellLink> PersistentShell<L> {
         }
     }
 
-    /// The link to the shell process.
-    pub fn link(&self) -> &L {
-        &self.link
-    }
-
     /// Ends the shell's stdin: the shell exits once its current command is over.
     pub async fn close(mut self) {
         let _ = self.link.send(QUIT).await;

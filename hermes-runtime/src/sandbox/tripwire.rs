@@ -6,7 +6,7 @@
 //! changes made since the agent started. Each fired wire is one line; any wire makes the
 //! rollout `tampered` (see `modes::rollout`).
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -169,25 +169,23 @@ async fn wire_exec<S: Sandbox + ?Sized>(
 
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
 /// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
-/// the trees rooted at `keep` and the processes in `skip` (the sandbox's own shell). Each is
-/// killed; returns `(pid, command)` per killed process. Only processes started since `birth`
+/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process. Only processes started since `birth`
 /// can be the sandbox's: only the pids the host handed out since are read (one `stat` read
-/// each), and of those only the ones started after it have their environment read (other
-/// sandboxes' shells, [`FrameworkShell`], are passed over).
+/// each), and of those only the ones started after it have their environment read. The
+/// framework's own shells ([`FrameworkShell`], this sandbox's and every other's) are passed
+/// over unread.
 pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
     keep: &[u32],
-    skip: &[u32],
     birth: &Birth,
 ) -> Vec<String> {
     let marker = format!("HOME={}", home.display());
     let me = std::process::id();
     let (mut killed, mut killed_pids) = (Vec::new(), Vec::new());
     for _round in 0..3 {
-        let table = birth.processes_since();
         let shells = framework_shells().clone();
-        let a_framework_shell = |p: &ProcessRow| shells.get(&p.pid) == Some(&p.started);
+        let table = birth.processes_since(|pid| !shells.contains(&pid));
         let kept = |pid: u32| {
             let mut q = pid;
             for _ in 0..64 {
@@ -209,7 +207,7 @@ pub(crate) fn kill_local_leftovers(
         for p in &table {
             // Kernel threads (children of kthreadd, pid 2) have no environment to read.
             let kernel = p.pid == 2 || p.ppid == 2;
-            if p.pid == me || skip.contains(&p.pid) || p.zombie || kernel || a_framework_shell(p) {
+            if p.pid == me || p.zombie || kernel {
                 continue;
             }
             if killed_pids.contains(&p.pid) {
@@ -236,24 +234,24 @@ pub(crate) fn kill_local_leftovers(
     killed
 }
 
-/// The persistent shells of this process's local sandboxes: pid → start time (boot-clock
-/// ticks). One sandbox's leftover scan does not read the environment of another sandbox's
-/// shell: the framework started it (with that sandbox's `HOME`), and a pid handed out again
-/// since has another start time. At 8 groups in flight those shells were most of the
-/// environment reads of each scan.
-static FRAMEWORK_SHELLS: Mutex<BTreeMap<u32, u64>> = Mutex::new(BTreeMap::new());
+/// The pids of the persistent shells of this process's local sandboxes. A leftover scan
+/// reads nothing of them: the framework started them (each with its sandbox's `HOME`), and at
+/// 8 groups in flight their `stat` and environment reads were most of each scan. A pid here is
+/// always the shell's own: it is registered while the shell is this process's unreaped child
+/// and unregistered before the shell is reaped (until then the kernel hands the pid to no one
+/// else).
+static FRAMEWORK_SHELLS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 
-/// A local sandbox's shell while it is registered in [`FRAMEWORK_SHELLS`] (until dropped).
+/// A local sandbox's shell while it is registered in [`FRAMEWORK_SHELLS`] (until dropped,
+/// which must come before the shell is reaped).
 #[derive(Debug)]
 pub(crate) struct FrameworkShell(u32);
 
 impl FrameworkShell {
-    /// Registers the running process `pid` (`None` when its `/proc` row cannot be read: it is
-    /// then scanned like any other process).
-    pub fn register(pid: u32) -> Option<Self> {
-        let started = process_row(pid)?.started;
-        framework_shells().insert(pid, started);
-        Some(FrameworkShell(pid))
+    /// Registers `pid`, a child of this process not yet reaped.
+    pub fn register(pid: u32) -> Self {
+        framework_shells().insert(pid);
+        FrameworkShell(pid)
     }
 }
 
@@ -263,7 +261,7 @@ impl Drop for FrameworkShell {
     }
 }
 
-fn framework_shells() -> std::sync::MutexGuard<'static, BTreeMap<u32, u64>> {
+fn framework_shells() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
     FRAMEWORK_SHELLS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -323,12 +321,15 @@ impl Birth {
 
     /// The rows of the processes whose pid was handed out since the birth: all of `/proc`
     /// when the counter cannot tell (it may have gone round since, or is not shown).
-    fn processes_since(&self) -> Vec<ProcessRow> {
+    /// Pids that fail `read` are not read.
+    fn processes_since(&self, read: impl Fn(u32) -> bool) -> Vec<ProcessRow> {
         let fresh = self
             .pids
             .zip(PidCounter::read())
             .and_then(|(then, now)| then.handed_out_until(&now, pid_max()));
-        process_table(|pid| fresh.is_none_or(|(after, upto)| in_cycle(pid, after, upto)))
+        process_table(|pid| {
+            read(pid) && fresh.is_none_or(|(after, upto)| in_cycle(pid, after, upto))
+        })
     }
 }
 
@@ -672,7 +673,11 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("sleep");
-        let pids: Vec<u32> = birth.processes_since().iter().map(|p| p.pid).collect();
+        let pids: Vec<u32> = birth
+            .processes_since(|_| true)
+            .iter()
+            .map(|p| p.pid)
+            .collect();
         assert!(pids.contains(&newer.id()), "{pids:?}");
         assert!(!pids.contains(&older.id()), "{pids:?}");
         let mut older = older;
@@ -705,7 +710,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(process_row(pid).is_some(), "its /proc row is read");
-        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -735,11 +740,11 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let registered = FrameworkShell::register(pid).expect("its /proc row is read");
-        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        let registered = FrameworkShell::register(pid);
+        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
         assert!(killed.is_empty(), "{killed:?}");
         drop(registered);
-        let killed = kill_local_leftovers(home.path(), &[], &[], &[], &birth);
+        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
