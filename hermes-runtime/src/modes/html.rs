@@ -1,19 +1,24 @@
 //! The self-contained HTML rollout viewer written next to a groups JSONL file (and by
-//! `<bin> view FILE.jsonl` for any Atropos JSONL). The JSONL is streamed into the page as
-//! data (never held in memory whole) with a small score index; the page's script renders
+//! `<bin> view FILE.jsonl` for any Atropos JSONL). What the page shows of each group (its
+//! conversations and `group_overrides`, not its tokens and masks, which were 95% of the
+//! bytes) is streamed into it as data, never held in memory whole, with a small score
+//! index; a `process` run keeps those lines as it writes the JSONL ([`ShownLines`]), so the
+//! viewer does not read the JSONL again. The page's script renders
 //! groups lazily, 20 at a time as you scroll, so a 100 MB file opens quickly. Each rollout
 //! shows its reward and its conversation: roles, reasoning, tool calls with pretty-printed
 //! arguments, and tool results (long ones collapsed). A score range filters rollouts; it is
 //! kept in the URL (`#min=0.5&max=1`). No network access is needed.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Seek, Write};
 use std::path::Path;
 
-use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::failures::{count_failures, failures_path};
-use serde::Deserialize;
+use crate::atropos::ScoredDataGroup;
+use crate::pyjson::to_python_string;
 
 /// What a viewer contains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +31,62 @@ pub struct ViewerStats {
     pub skipped: usize,
 }
 
-/// The fields the index needs; everything else is skipped while parsing.
+/// Per group line: its scores and its number of message lists, as the writer had them.
+type KnownIndex = Vec<(Vec<f64>, usize)>;
+
+/// The fields the page needs; everything else is skipped while parsing.
 #[derive(Deserialize)]
 struct Line {
     scores: Option<Vec<Option<f64>>>,
-    messages: Option<Vec<IgnoredAny>>,
+    messages: Option<Vec<Value>>,
+    group_overrides: Option<Value>,
+}
+
+/// The data line the page holds for one group: what its script reads.
+#[derive(Serialize)]
+struct Shown<M, O> {
+    messages: M,
+    group_overrides: O,
+}
+
+/// The page's data lines of the groups a `process` run writes, with their index (scores
+/// and number of message lists), kept as the run writes its JSONL: in an unnamed temporary
+/// file beside it (gone with this value), so memory stays flat over a long run.
+pub struct ShownLines {
+    file: BufWriter<File>,
+    index: KnownIndex,
+}
+
+impl ShownLines {
+    /// Starts an empty set in `dir` (the JSONL's directory).
+    pub fn create_in(dir: &Path) -> std::io::Result<Self> {
+        Ok(ShownLines {
+            file: BufWriter::new(tempfile::tempfile_in(dir)?),
+            index: Vec::new(),
+        })
+    }
+
+    /// Adds the line of `group`, just written to the JSONL (secret values scrubbed, as
+    /// there).
+    pub fn push(&mut self, group: &ScoredDataGroup) -> std::io::Result<()> {
+        let line = to_python_string(&Shown {
+            messages: &group.messages,
+            group_overrides: &group.group_overrides,
+        });
+        self.file
+            .write_all(crate::config::redact::scrub(&line).as_bytes())?;
+        self.file.write_all(b"\n")?;
+        let messages = group.messages.value().map_or(0, Vec::len);
+        self.index.push((group.scores.clone(), messages));
+        Ok(())
+    }
+
+    /// The lines from the first, and their index.
+    fn into_parts(self) -> std::io::Result<(impl BufRead, KnownIndex)> {
+        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.rewind()?;
+        Ok((BufReader::with_capacity(1 << 20, file), self.index))
+    }
 }
 
 fn escape(s: &str) -> String {
@@ -235,9 +291,9 @@ fn index_scores(scores: &[Option<f64>], rollouts: usize) -> Vec<Option<f64>> {
 }
 
 /// [`render`] with the index of the first lines already known (`known[k]` = the scores
-/// and the number of message lists of the k-th non-empty line, as its writer had them), so
-/// those lines are copied without being parsed again: each holds a group's every token and
-/// mask. Lines past `known` are parsed.
+/// and the number of message lists of the k-th non-empty line, as its writer had them):
+/// those lines are already the page's data ([`ShownLines`]) and are copied as they are.
+/// Lines past `known` are parsed.
 fn render_indexed(
     title: &str,
     notice: Option<&str>,
@@ -277,23 +333,33 @@ fn render_indexed(
             continue;
         }
         nonempty += 1;
-        let scores = match known.get(nonempty - 1) {
+        let (scores, shown) = match known.get(nonempty - 1) {
             Some((scores, messages)) => {
                 let scores: Vec<Option<f64>> = scores.iter().copied().map(Some).collect();
-                Some(index_scores(&scores, *messages))
+                (index_scores(&scores, *messages), None)
             }
-            None => serde_json::from_str::<Line>(text)
-                .ok()
-                .and_then(|l| l.scores.zip(l.messages))
-                .map(|(scores, messages)| index_scores(&scores, messages.len())),
-        };
-        let Some(scores) = scores else {
-            stats.skipped += 1;
-            continue;
+            None => match serde_json::from_str::<Line>(text) {
+                Ok(Line {
+                    scores: Some(scores),
+                    messages: Some(messages),
+                    group_overrides,
+                }) => (
+                    index_scores(&scores, messages.len()),
+                    Some(to_python_string(&Shown {
+                        messages,
+                        group_overrides,
+                    })),
+                ),
+                _ => {
+                    stats.skipped += 1;
+                    continue;
+                }
+            },
         };
         stats.groups += 1;
         stats.rollouts += scores.len();
         index.push((n, scores));
+        let text = shown.as_deref().unwrap_or(text);
         // `<` only occurs inside JSON strings, where `\u003c` means the same; this keeps
         // `</script>` and `<!--` in the data from ending the element.
         if text.contains('<') {
@@ -315,17 +381,28 @@ fn render_indexed(
 
 /// Writes the viewer of `jsonl_path` to `html_path`.
 pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<ViewerStats> {
-    write_viewer_indexed(jsonl_path, html_path, &[])
+    let input = BufReader::with_capacity(1 << 20, File::open(jsonl_path)?);
+    write_viewer(jsonl_path, html_path, input, &[])
 }
 
-/// [`write_viewer_to`] for a JSONL this run wrote itself, whose first lines' scores and
-/// message counts it still knows (see [`render_indexed`]).
-pub fn write_viewer_indexed(
+/// [`write_viewer_to`] for the JSONL a `process` run wrote, from the lines it kept.
+pub fn write_viewer_of_run(
     jsonl_path: &Path,
     html_path: &Path,
+    lines: ShownLines,
+) -> std::io::Result<ViewerStats> {
+    let (input, known) = lines.into_parts()?;
+    write_viewer(jsonl_path, html_path, input, &known)
+}
+
+/// The viewer of `jsonl_path` from `input` (its lines, or those of [`ShownLines`] with their
+/// index in `known`), written to `html_path`.
+fn write_viewer(
+    jsonl_path: &Path,
+    html_path: &Path,
+    input: impl BufRead,
     known: &[(Vec<f64>, usize)],
 ) -> std::io::Result<ViewerStats> {
-    let input = BufReader::with_capacity(1 << 20, File::open(jsonl_path)?);
     let mut out = BufWriter::with_capacity(1 << 20, File::create(html_path)?);
     let title = jsonl_path
         .file_name()
@@ -387,6 +464,7 @@ mod tests {
         );
         assert!(html.contains(r#"[[1,[0.5,1.0]]]"#), "{html}");
         assert!(html.contains(r"\u003c/script>\u003cb>hi\u003c/b>"));
+        assert!(!html.contains("masks"), "tokens and masks are not embedded");
         assert_eq!(
             html.matches("</script>").count(),
             3,
@@ -395,25 +473,43 @@ mod tests {
         assert!(html.contains("1 groups, 2 rollouts"));
     }
 
-    /// The known index gives the page parsing would (scores cut to the message lists,
-    /// non-finite ones null); lines past it are still parsed.
+    /// A `process` run's page, from the lines it kept, is the page `view` makes of its JSONL:
+    /// a group's conversations and overrides, without its tokens and masks.
     #[test]
-    fn a_known_index_gives_the_parsed_page() {
-        let first = r#"{"scores": [0.5, 1.0, 3.0], "messages": [[{"role": "user", "content": "<a>"}], []]}"#;
-        let second = r#"{"scores": [1.0], "messages": [[]]}"#;
-        let input = format!("{first}\n\n{second}\nnot json\n");
-        let (mut parsed, mut indexed) = (Vec::new(), Vec::new());
-        let a = render("t", None, input.as_bytes(), &mut parsed).unwrap();
-        let known = [(vec![0.5, 1.0, 3.0], 2)];
-        let b = render_indexed("t", None, input.as_bytes(), &mut indexed, &known).unwrap();
+    fn a_runs_kept_lines_give_the_page_view_makes_of_its_jsonl() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = [
+            r#"{"tokens": [[1, 2], [3]], "masks": [[-100, 2], [3]], "scores": [0.5, 1.0], "messages": [[{"role": "user", "content": "<a> 1.5e300"}], [{"role": "assistant", "content": "é"}]], "group_overrides": {"placeholder_tokens": true}}"#,
+            r#"{"tokens": [[1]], "masks": [[1]], "scores": [1.0], "messages": [[]]}"#,
+        ];
+        let jsonl = dir.path().join("out.jsonl");
+        let mut kept = ShownLines::create_in(dir.path()).unwrap();
+        let mut text = String::new();
+        for g in groups {
+            let mut group: ScoredDataGroup = serde_json::from_str(g).unwrap();
+            group.fill_absent_nulls();
+            text.push_str(&to_python_string(&group));
+            text.push('\n');
+            kept.push(&group).unwrap();
+        }
+        std::fs::write(&jsonl, text).unwrap();
+        let (viewed, run) = (dir.path().join("viewed.html"), dir.path().join("run.html"));
+        let a = write_viewer_to(&jsonl, &viewed).unwrap();
+        let b = write_viewer_of_run(&jsonl, &run, kept).unwrap();
         assert_eq!(a, b);
-        assert_eq!(
-            String::from_utf8(parsed).unwrap(),
-            String::from_utf8(indexed).unwrap()
+        let page = std::fs::read_to_string(&run).unwrap();
+        assert_eq!(std::fs::read_to_string(&viewed).unwrap(), page);
+        assert!(
+            page.contains(r#"{"messages": [[{"role": "user", "content": "\u003ca> 1.5e300"}]"#),
+            "{page}"
         );
+        assert!(page.contains(r#""group_overrides": {"placeholder_tokens": true}}"#));
+        assert!(!page.contains("masks") && !page.contains("-100"), "{page}");
+        assert!(page.contains("[[1,[0.5,1.0]],[2,[1.0]]]"));
+
         let nan = [(vec![f64::NAN, 1.0], 2)];
         let mut out = Vec::new();
-        render_indexed("t", None, first.as_bytes(), &mut out, &nan).unwrap();
+        render_indexed("t", None, groups[0].as_bytes(), &mut out, &nan).unwrap();
         assert!(String::from_utf8(out).unwrap().contains("[[1,[null,1.0]]]"));
     }
 }

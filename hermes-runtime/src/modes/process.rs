@@ -5,7 +5,7 @@
 //! never to the JSONL; a stop request finishes the groups in flight within the grace period.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -14,7 +14,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::drops::Drops;
 use super::failures::{failures_path, FailureLog};
-use super::html::write_viewer_indexed;
+use super::html::{write_viewer_of_run, ShownLines};
 use super::output::{free_path, JsonlWriter};
 use super::rollout::{collect_group, GroupRun, Runtime};
 use crate::env::{Environment, FailureCounts};
@@ -70,8 +70,8 @@ struct Tally {
     summary: ProcessSummary,
     reward_sum: f64,
     last_failure: Option<String>,
-    /// Each written line's scores and number of message lists, for the viewer's index.
-    written: Vec<(Vec<f64>, usize)>,
+    /// What the viewer shows of each written line.
+    shown: ShownLines,
 }
 
 /// The `process` mode of a run: its W&B run (named `{env name}-{date}-{6 letters}`, no
@@ -294,6 +294,8 @@ impl Tally {
             free_path(requested.as_ref()).with_context(|| format!("cannot create {requested}"))?;
         let writer = JsonlWriter::create(&path)
             .with_context(|| format!("cannot write {}", path.display()))?;
+        let shown = ShownLines::create_in(path.parent().unwrap_or(Path::new(".")))
+            .with_context(|| format!("cannot create a temporary file beside {}", path.display()))?;
         info!("writing groups to {}", path.display());
         Ok(Tally {
             writer,
@@ -317,7 +319,7 @@ impl Tally {
             },
             reward_sum: 0.0,
             last_failure: None,
-            written: Vec::new(),
+            shown,
         })
     }
 
@@ -373,8 +375,9 @@ impl Tally {
                 self.writer
                     .write(group)
                     .with_context(|| format!("cannot write {}", self.summary.jsonl.display()))?;
-                let messages = group.messages.value().map_or(0, Vec::len);
-                self.written.push((group.scores.clone(), messages));
+                self.shown
+                    .push(group)
+                    .context("cannot write the viewer's temporary file")?;
                 self.summary.groups_written += 1;
                 debug!(
                     "group {n} written in {took:.1?}: mean reward {:.3}",
@@ -406,7 +409,7 @@ impl Tally {
         let path = self.summary.jsonl.clone();
         drop(self.writer);
         self.summary.html = path.with_extension("html");
-        write_viewer_indexed(&path, &self.summary.html, &self.written)
+        write_viewer_of_run(&path, &self.summary.html, self.shown)
             .with_context(|| format!("cannot write the viewer for {}", path.display()))?;
         if self.summary.rollouts == 0 && self.summary.items_failed.total() > 0 {
             anyhow::bail!(
