@@ -27,6 +27,8 @@ struct Rendered<'a> {
     tok: &'a ChatTokenizer,
     chat: PreparedChat,
     text: String,
+    /// How many messages `text` renders.
+    messages: usize,
     ids: Vec<u32>,
     starts: Vec<usize>,
 }
@@ -51,6 +53,7 @@ impl<'a> Rendered<'a> {
             tok,
             chat: prepared,
             text,
+            messages: values.len(),
             ids,
             starts,
         })
@@ -60,6 +63,10 @@ impl<'a> Rendered<'a> {
     /// A template that renders that prefix differently from the full chat (not prefix-stable)
     /// is logged, and the length is used as it is.
     fn boundary(&self, n: usize, add_generation_prompt: bool) -> Result<usize, TokenizerError> {
+        if n >= self.messages && !add_generation_prompt {
+            // The whole chat: the text already rendered (the last assistant turn's end).
+            return Ok(self.text.len());
+        }
         let prefix = self
             .tok
             .render_prefix(&self.chat, n, add_generation_prompt)?;

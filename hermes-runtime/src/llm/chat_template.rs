@@ -47,6 +47,19 @@ fn strftime_now(format: String) -> Result<String, Error> {
 /// transformers' `tojson` filter: `json.dumps(x, ensure_ascii=False, indent=None,
 /// separators=None, sort_keys=False)` with those keyword arguments.
 fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    // Most templates call it bare; four `Kwargs::get` lookups cost more than the memoised text.
+    let style = if kwargs.args().next().is_none() {
+        PyJson::default()
+    } else {
+        tojson_style(kwargs)?
+    };
+    let mut out = String::new();
+    style.write(&mut out, value, 0)?;
+    Ok(Value::from_safe_string(out))
+}
+
+/// The [`PyJson`] style `tojson`'s keyword arguments ask for.
+fn tojson_style(kwargs: Kwargs) -> Result<PyJson, Error> {
     let ensure_ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     let indent = kwargs.get::<Option<Value>>("indent")?;
@@ -73,29 +86,19 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
         None if indent.is_some() => (",".into(), ": ".into()),
         None => (", ".into(), ": ".into()),
     };
-    let style = PyJson {
+    Ok(PyJson {
         ensure_ascii,
         sort_keys,
         indent,
         item,
         key,
-    };
-    let mut out = String::new();
-    style.write(&mut out, value, 0)?;
-    Ok(Value::from_safe_string(out))
+    })
 }
 
 /// Python `json.dumps` of a template value, with the default options transformers uses.
 pub fn python_dumps(value: &Value) -> Result<String, Error> {
     let mut out = String::new();
-    PyJson {
-        ensure_ascii: false,
-        sort_keys: false,
-        indent: None,
-        item: ", ".into(),
-        key: ": ".into(),
-    }
-    .write(&mut out, value, 0)?;
+    PyJson::default().write(&mut out, value, 0)?;
     Ok(out)
 }
 
@@ -187,6 +190,19 @@ struct PyJson {
     indent: Option<String>,
     item: String,
     key: String,
+}
+
+impl Default for PyJson {
+    /// `json.dumps(x, ensure_ascii=False)`: transformers' `tojson` without arguments.
+    fn default() -> Self {
+        PyJson {
+            ensure_ascii: false,
+            sort_keys: false,
+            indent: None,
+            item: ", ".into(),
+            key: ": ".into(),
+        }
+    }
 }
 
 impl PyJson {
