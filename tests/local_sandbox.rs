@@ -184,3 +184,58 @@ async fn dropping_the_provider_removes_every_task_directory() {
     drop(p);
     assert!(!root.exists());
 }
+
+/// Log lines written on this thread while the subscriber is set (tokio tests run on one).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_plain_program_that_cannot_be_started_runs_through_bash_and_says_so() {
+    let logs = Logs::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // A program on PATH that looks like one (ELF magic, executable), so it is started
+    // directly; the kernel refuses it (ENOEXEC), and the shell runs it and reports what bash
+    // reports.
+    let bin = tempfile::tempdir().unwrap();
+    let bad = bin.path().join("notelf");
+    std::fs::write(&bad, b"\x7fELF not really").unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("PATH={}:/usr/bin:/bin", bin.path().display());
+    let provider = LocalProvider::new().unwrap().with_env(vec![path]);
+    let sb = sandbox(&provider, "bad-elf").await;
+    for _ in 0..2 {
+        let out = sb.exec(req("notelf", 10)).await.unwrap();
+        assert_eq!(out.exit_code, 126, "{}", out.output);
+        assert!(
+            out.output.contains("cannot execute binary file"),
+            "{}",
+            out.output
+        );
+    }
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("without a shell"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one warning for two failed starts: {text}");
+    assert!(
+        lines[0].contains("WARN") && lines[0].contains("notelf"),
+        "{}",
+        lines[0]
+    );
+}

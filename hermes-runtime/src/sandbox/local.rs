@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
@@ -126,6 +126,23 @@ fn launch_command(launch: &Launch) -> Command {
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)));
     command
+}
+
+/// Says (once per run at the default level, then at debug) that a program the local backend
+/// would have started itself went to the shell instead, which reports what bash reports.
+fn direct_start_failed(launch: &Launch, error: &std::io::Error) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let program = launch.program.display();
+    let mut first = false;
+    WARNED.call_once(|| first = true);
+    if first {
+        warn!(
+            "could not start {program} without a shell ({error}); the command ran through bash \
+             instead (later cases are logged at debug: RUST_LOG=hermes_runtime=debug)"
+        );
+    } else {
+        debug!("could not start {program} without a shell ({error}); ran it through bash");
+    }
 }
 
 /// A process's exit code as a shell reports it: 128 + the signal that killed it.
@@ -492,8 +509,12 @@ impl LocalSandbox {
         let spawned = command.spawn();
         // The command holds this process's copies of the pipe's write end.
         drop(command);
-        let Ok(mut child) = spawned else {
-            return Ok(None);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                direct_start_failed(launch, &e);
+                return Ok(None);
+            }
         };
         self.spawned.store(true, SeqCst);
         let pgid = child.id().map(|p| p as i32);
