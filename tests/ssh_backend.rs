@@ -106,12 +106,19 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
         "echo hi\n"
     );
 
-    // Teardown kills what the rollout left running and removes its directory.
-    sb.exec(req(
-        "nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/daemon.pid",
-    ))
-    .await
-    .unwrap();
+    // A daemon does not hang the call (it holds the session's streams, so ssh itself keeps
+    // running; before, the call waited for its 30 s deadline and killed the daemon), and
+    // teardown kills what the rollout left running and removes its directory.
+    let out = sb
+        .exec(req(
+            "nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/daemon.pid",
+        ))
+        .await
+        .unwrap();
+    assert!(!out.timed_out && out.exit_code == 0, "{out:?}");
+    let out = sb.exec(req("sleep 300 & echo started")).await.unwrap();
+    assert!(!out.timed_out && out.exit_code == 0, "{out:?}");
+    assert_eq!(out.output.trim(), "started");
     let pid = String::from_utf8(sb.read_file("daemon.pid").await.unwrap()).unwrap();
     sb.teardown().await.unwrap();
     let other = provider
@@ -132,10 +139,11 @@ async fn commands_files_timeouts_and_teardown_on_a_real_sshd() {
         .await
         .unwrap();
     let dropped_dir = dropped.workdir().to_owned();
-    dropped
+    let out = dropped
         .exec(req("nohup sleep 300 >/dev/null 2>&1 & echo $! > ~/d.pid"))
         .await
         .unwrap();
+    assert!(!out.timed_out && out.exit_code == 0, "{out:?}");
     let pid = String::from_utf8(dropped.read_file("d.pid").await.unwrap()).unwrap();
     drop(dropped);
     let last = provider

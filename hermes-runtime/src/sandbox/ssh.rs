@@ -480,12 +480,16 @@ impl SshSandbox {
             }
             let out_done = out_eof || sync.seen();
             let rep_done = rep_eof || report.finished();
-            if out_done && rep_done && status.is_some() {
+            // The wrapper's exit record is as good as ssh's exit: a daemon the command left
+            // holding the session's streams keeps ssh itself running until teardown.
+            let exited = status.is_some() || report.report().exit.is_some();
+            if out_done && rep_done && exited {
                 break false;
             }
-            let until = match status {
-                Some(_) => *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX),
-                None => deadline,
+            let until = if exited {
+                *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX)
+            } else {
+                deadline
             };
             tokio::select! {
                 read = stdout.read(&mut out_buf), if !out_done => match read {
@@ -517,6 +521,11 @@ impl SshSandbox {
             }
             let _ = child.kill().await;
             return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
+        }
+        if status.is_none() {
+            // The session stays open for a daemon; this end of it is not needed any more (the
+            // daemon's process group is killed at teardown).
+            let _ = child.kill().await;
         }
         let outcome = report.report();
         let code = match status {
