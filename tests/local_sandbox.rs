@@ -4,6 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::logs::Logs;
 use hermes_env::sandbox::{
     ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
 };
@@ -185,29 +188,10 @@ async fn dropping_the_provider_removes_every_task_directory() {
     assert!(!root.exists());
 }
 
-/// Log lines written on this thread while the subscriber is set (tokio tests run on one).
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_plain_program_that_cannot_be_started_runs_through_bash_and_says_so() {
     let logs = Logs::default();
-    let sink = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || sink.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = logs.capture();
     // A program on PATH that looks like one (ELF magic, executable), so it is started
     // directly; the kernel refuses it (ENOEXEC), and the shell runs it and reports what bash
     // reports.
@@ -227,12 +211,12 @@ async fn a_plain_program_that_cannot_be_started_runs_through_bash_and_says_so() 
             out.output
         );
     }
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("without a shell"))
-        .collect();
-    assert_eq!(lines.len(), 1, "one warning for two failed starts: {text}");
+    let lines = logs.lines_with("without a shell");
+    assert_eq!(
+        lines.len(),
+        1,
+        "one warning for two failed starts: {lines:?}"
+    );
     assert!(
         lines[0].contains("WARN") && lines[0].contains("notelf"),
         "{}",

@@ -4,6 +4,7 @@
 pub mod atropos;
 pub mod docker;
 pub mod dockerd;
+pub mod logs;
 pub mod netns;
 pub mod proxy;
 pub mod sshd;
