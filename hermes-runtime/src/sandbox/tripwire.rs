@@ -169,11 +169,11 @@ async fn wire_exec<S: Sandbox + ?Sized>(
 
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
 /// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
-/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process. Only processes started since `birth`
-/// can be the sandbox's: only the pids the host handed out since are read (one `stat` read
-/// each), and of those only the ones started after it have their environment read. The
-/// framework's own shells ([`FrameworkShell`], this sandbox's and every other's) are passed
-/// over unread.
+/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process.
+/// Only processes started since `birth` can be the sandbox's: only the pids the host handed
+/// out since are read (one `stat` read each), and of those only the ones started after it
+/// have their environment read. The framework's own shells ([`FrameworkShell`], this
+/// sandbox's and every other's) are passed over unread.
 pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
