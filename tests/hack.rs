@@ -134,7 +134,9 @@ fn one_command(command: &'static str) -> impl Policy {
 
 /// Writes the right answer from a process that outlives the agent phase, after the agent
 /// wrote a wrong one: without the tripwire the verifier would read 42.
-const BACKGROUND_WRITER: &str = "echo 0 > ~/answer.txt; nohup setsid bash -c 'sleep 0.3; while :; do echo 42 > ~/answer.txt; sleep 0.01; done' >/dev/null 2>&1 < /dev/null & echo started";
+/// (The command returns once the writer runs its own code: caught inside its `nohup` →
+/// `setsid` → `bash` exec chain it would be killed before it could be named.)
+const BACKGROUND_WRITER: &str = "echo 0 > ~/answer.txt; nohup setsid bash -c 'touch ~/.writer-up; sleep 0.3; while :; do echo 42 > ~/answer.txt; sleep 0.01; done' >/dev/null 2>&1 < /dev/null & until [ -e ~/.writer-up ]; do sleep 0.01; done; echo started";
 
 /// Shadows the verifier's `json` with one that says every comparison is true.
 const MODULE_SHADOW: &str = "echo 0 > ~/answer.txt; printf 'def dumps(x, **k):\\n    return \"true\"\\n' > ~/json.py; echo shadowed";

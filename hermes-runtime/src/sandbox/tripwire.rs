@@ -442,12 +442,18 @@ pub(crate) fn process_row(pid: u32) -> Option<ProcessRow> {
 /// A process's command line (first 120 characters), for the tripwire's message.
 fn command_line(pid: u32) -> String {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    String::from_utf8_lossy(&cmdline)
+    let line: String = String::from_utf8_lossy(&cmdline)
         .replace('\0', " ")
         .trim()
         .chars()
         .take(120)
-        .collect()
+        .collect();
+    if !line.is_empty() {
+        return line;
+    }
+    // Caught inside an `execve` (its new arguments not set up yet) or exiting: its name.
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    format!("[{}]", name.trim())
 }
 
 /// When the agent phase of a rollout began; changes after it are the agent's.
@@ -637,6 +643,22 @@ fn shown(items: &[String]) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_process_without_a_command_line_is_named_by_its_comm() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Its exit, without reaping it: a zombie has no command line.
+        // SAFETY: `info` is a valid out-parameter; WNOWAIT leaves the child to `wait` below.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let waited =
+            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        assert_eq!(waited, 0);
+        assert_eq!(command_line(pid), "[sleep]");
+        child.wait().unwrap();
+    }
     #[test]
     fn the_pids_handed_out_since_a_birth_are_a_cyclic_range() {
         assert!(in_cycle(101, 100, 200) && in_cycle(200, 100, 200));
