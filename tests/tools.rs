@@ -263,11 +263,21 @@ async fn background_processes(p: Arc<dyn SandboxProvider>) {
         )
         .await;
     assert_eq!(left["exit_code"], 0);
+    // (The pattern `[s]leep 31\.N` does not match the `grep` itself; exit 0: it is running.)
+    let pattern = format!("[s]{}", left_behind[1..].replace('.', "\\."));
+    b.sh(&format!("ps -eo args | grep -- '{pattern}'")).await;
     let sandbox = Arc::clone(b.sandbox.get().await.unwrap());
     hermes_env::tools::cleanup_processes(sandbox.as_ref())
         .await
         .unwrap();
-    assert!(!b.sh("ps -eo args").await.contains(&left_behind));
+    // SIGKILLed: it runs no more code, but `ps` may list it until the kernel has finished
+    // its exit (CI saw that once on a loaded machine), so wait for that, up to 5 s.
+    let gone = b
+        .sh(&format!(
+            "for i in $(seq 100); do ps -eo args | grep -q -- '{pattern}' || {{ echo gone; exit 0; }}; sleep 0.05; done; echo alive"
+        ))
+        .await;
+    assert_eq!(gone.trim(), "gone", "{left_behind} outlived the cleanup");
     assert_eq!(
         b.call("process", json!({"action": "list"})).await,
         json!({"processes": []})

@@ -598,9 +598,11 @@ impl DockerSandbox {
     /// rollout.
     async fn start_shell(&self) -> Result<PersistentShell<DockerLink>, SandboxError> {
         let id = nonce();
+        // Written three times per command: a tmpfs first (0.025 ms per command against 0.1 ms
+        // in `/tmp` on a fuse-overlayfs image layer), `/tmp` where it is not writable.
         let state = [
-            format!("/tmp/.hermes-cwd-{id}"),
             format!("/dev/shm/.hermes-cwd-{id}"),
+            format!("/tmp/.hermes-cwd-{id}"),
         ];
         let exec_id = self.create_exec(shell_argv(&state), true).await?;
         let started = self
