@@ -131,11 +131,9 @@ fn launch_command(launch: &Launch) -> Command {
 /// Says (once per run at the default level, then at debug) that a program the local backend
 /// would have started itself went to the shell instead, which reports what bash reports.
 fn direct_start_failed(launch: &Launch, error: &std::io::Error) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
+    static WARNED: AtomicBool = AtomicBool::new(false);
     let program = launch.program.display();
-    let mut first = false;
-    WARNED.call_once(|| first = true);
-    if first {
+    if !WARNED.swap(true, Relaxed) {
         warn!(
             "could not start {program} without a shell ({error}); the command ran through bash \
              instead (later cases are logged at debug: RUST_LOG=hermes_runtime=debug)"
