@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use super::ScoredDataGroup;
 use crate::llm::RetryPolicy;
+use crate::pyjson::JsonLayout;
 
 /// Request bodies at least this large are gzipped when that makes them smaller.
 pub const GZIP_THRESHOLD: usize = 1024;
@@ -338,10 +339,9 @@ impl TrajectoryApi {
     /// connection errors get 3 attempts and are then returned; a 4xx is `Rejected`.
     pub async fn send(&self, groups: &[ScoredDataGroup]) -> Result<SendOutcome, ApiError> {
         let (path, body) = match groups {
-            [one] => ("/scored_data", serde_json::to_vec(one)),
-            many => ("/scored_data_list", serde_json::to_vec(many)),
+            [one] => ("/scored_data", one.to_json(JsonLayout::Compact)),
+            many => ("/scored_data_list", json_list(many)),
         };
-        let body = body.expect("groups serialise");
         match self
             .call_retrying(reqwest::Method::POST, path, Some(body), false)
             .await
@@ -361,10 +361,37 @@ impl TrajectoryApi {
     }
 }
 
+/// `groups` as one compact JSON array (the `/scored_data_list` body), each written by
+/// [`ScoredDataGroup::to_json`].
+fn json_list(groups: &[ScoredDataGroup]) -> Vec<u8> {
+    let mut body = vec![b'['];
+    for (i, group) in groups.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&group.to_json(JsonLayout::Compact));
+    }
+    body.push(b']');
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read as _;
+
+    #[test]
+    fn a_list_body_is_what_serde_json_writes_for_the_groups() {
+        let group = |score: f64| ScoredDataGroup {
+            tokens: vec![vec![1, 2, 151_643]],
+            masks: vec![vec![-100, 2, 151_643]],
+            scores: vec![score],
+            ..Default::default()
+        };
+        let groups = [group(1.0), group(0.0)];
+        assert_eq!(json_list(&groups), serde_json::to_vec(&groups).unwrap());
+        assert_eq!(json_list(&[]), b"[]");
+    }
 
     #[test]
     fn small_bodies_stay_plain_and_big_ones_are_gzipped_when_smaller() {

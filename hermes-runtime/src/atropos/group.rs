@@ -5,6 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::llm::Message;
+use crate::pyjson::{write_int_array, JsonLayout};
 
 /// A key of a group that can be missing, explicitly `null`, or carry a value. Atropos output
 /// depends on the difference (`"ref_logprobs": []` from the default collector vs `null`).
@@ -102,6 +103,105 @@ pub struct ScoredDataGroup {
     /// Registered environment id; set only when sending to the API.
     #[serde(default, skip_serializing_if = "Slot::is_absent")]
     pub env_id: Slot<i64>,
+}
+
+impl ScoredDataGroup {
+    /// This group as JSON in `layout`: the bytes serialising it with serde writes
+    /// ([`JsonLayout::to_vec`]), with `tokens` and `masks` — nearly all of a group — written
+    /// by [`write_int_array`] and the other keys by serde ([`AfterLists`]).
+    pub fn to_json(&self, layout: JsonLayout) -> Vec<u8> {
+        let rest = layout.to_vec(&AfterLists::of(self));
+        let ints: usize = self.tokens.iter().chain(&self.masks).map(Vec::len).sum();
+        let mut out = Vec::with_capacity(rest.len() + ints * 6 + 64);
+        out.extend_from_slice(b"{");
+        for (key, lists) in [("tokens", &self.tokens), ("masks", &self.masks)] {
+            out.push(b'"');
+            out.extend_from_slice(key.as_bytes());
+            out.push(b'"');
+            out.extend_from_slice(layout.key_separator());
+            out.push(b'[');
+            for (i, list) in lists.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(layout.item_separator());
+                }
+                write_int_array(&mut out, list, layout);
+            }
+            out.push(b']');
+            out.extend_from_slice(layout.item_separator());
+        }
+        // `rest` is `{"scores": …}`: its keys continue the object.
+        out.extend_from_slice(&rest[1..]);
+        out
+    }
+}
+
+/// The keys of a [`ScoredDataGroup`] after `tokens` and `masks`, borrowed, with the derive's
+/// attributes: [`ScoredDataGroup::to_json`] writes the two lists itself and these with
+/// serde. Built with every field named, so a key added to the group is a compile error here.
+#[derive(Serialize)]
+struct AfterLists<'a> {
+    scores: &'a Vec<f64>,
+    #[serde(skip_serializing_if = "absent")]
+    advantages: &'a Slot<Vec<Vec<f64>>>,
+    #[serde(skip_serializing_if = "absent")]
+    ref_logprobs: &'a Slot<Vec<Vec<f64>>>,
+    #[serde(skip_serializing_if = "absent")]
+    messages: &'a Slot<Vec<Vec<Message>>>,
+    #[serde(skip_serializing_if = "absent")]
+    generation_params: &'a Slot<Map<String, Value>>,
+    #[serde(skip_serializing_if = "absent")]
+    inference_logprobs: &'a Slot<Vec<Vec<f64>>>,
+    #[serde(skip_serializing_if = "absent")]
+    group_overrides: &'a Slot<Map<String, Value>>,
+    #[serde(skip_serializing_if = "absent")]
+    overrides: &'a Slot<Vec<Map<String, Value>>>,
+    #[serde(skip_serializing_if = "absent")]
+    images: &'a Slot<Value>,
+    #[serde(skip_serializing_if = "absent")]
+    distill_token_ids: &'a Slot<Value>,
+    #[serde(skip_serializing_if = "absent")]
+    distill_logprobs: &'a Slot<Value>,
+    #[serde(skip_serializing_if = "absent")]
+    env_id: &'a Slot<i64>,
+}
+
+impl<'a> AfterLists<'a> {
+    fn of(group: &'a ScoredDataGroup) -> Self {
+        let ScoredDataGroup {
+            tokens: _,
+            masks: _,
+            scores,
+            advantages,
+            ref_logprobs,
+            messages,
+            generation_params,
+            inference_logprobs,
+            group_overrides,
+            overrides,
+            images,
+            distill_token_ids,
+            distill_logprobs,
+            env_id,
+        } = group;
+        AfterLists {
+            scores,
+            advantages,
+            ref_logprobs,
+            messages,
+            generation_params,
+            inference_logprobs,
+            group_overrides,
+            overrides,
+            images,
+            distill_token_ids,
+            distill_logprobs,
+            env_id,
+        }
+    }
+}
+
+fn absent<T>(slot: &&Slot<T>) -> bool {
+    slot.is_absent()
 }
 
 /// The key marking groups whose tokens are Phase 1 placeholders (not trainable).
@@ -357,6 +457,40 @@ mod tests {
         assert_eq!(g.ref_logprobs, Slot::Null);
         assert!(g.overrides.is_absent());
         assert_eq!(to_python_string(&g), text);
+    }
+
+    /// `to_json` writes what serde writes for the group, in both layouts, whatever state each
+    /// key is in (absent, null, a value) and however long the lists are.
+    #[test]
+    fn to_json_is_the_serde_serialisation_byte_for_byte() {
+        let mut full = ScoredDataGroup::from_items(vec![item(1.0, "a.py"), item(0.5, "é")], true);
+        full.tokens
+            .push((0..5000).map(|i| i * 37 % 151_700).collect());
+        full.masks.push(
+            (0..5000)
+                .map(|i| if i % 3 == 0 { -100 } else { i })
+                .collect(),
+        );
+        full.advantages = Slot::Value(vec![vec![0.5, -1.0]]);
+        full.generation_params = Slot::Value(Map::from_iter([("temperature".into(), 1.0.into())]));
+        full.inference_logprobs = Slot::Value(vec![vec![-0.25, 1.0]]);
+        full.overrides = Slot::Value(vec![Map::new()]);
+        full.distill_token_ids = Slot::Value(serde_json::json!([[1, 2]]));
+        full.env_id = Slot::Value(7);
+        let mut nulls = ScoredDataGroup::from_items(vec![item(1.0, "a.py")], false);
+        nulls.fill_absent_nulls();
+        nulls.images = Slot::Null;
+        nulls.messages = Slot::Null;
+        let empty = ScoredDataGroup::default();
+        for group in [full, nulls, empty] {
+            for layout in [JsonLayout::Python, JsonLayout::Compact] {
+                let fast = group.to_json(layout);
+                assert_eq!(
+                    String::from_utf8(fast).unwrap(),
+                    String::from_utf8(layout.to_vec(&group)).unwrap()
+                );
+            }
+        }
     }
 
     #[test]

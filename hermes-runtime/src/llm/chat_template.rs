@@ -7,7 +7,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use minijinja::value::{DynObject, Enumerator, Kwargs, Object, ObjectRepr, Value, ValueKind};
+use indexmap::IndexMap;
+use minijinja::value::{
+    DynObject, Enumerator, Kwargs, Object, ObjectRepr, Serde, Value, ValueKind,
+};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 /// A template environment with transformers' semantics, holding `template` as `chat`.
@@ -373,6 +376,54 @@ fn template_message(m: &serde_json::Value) -> serde_json::Value {
     serde_json::Value::Object(out)
 }
 
+/// A message from [`template_messages`] as a template value. Its tool calls' `arguments` keep
+/// the text `tojson` makes of them ([`json_memo`]): a chat is rendered once per trained span
+/// boundary (eight times for four assistant turns), and most templates write each call's
+/// arguments with `tojson` every time.
+pub fn template_value(message: &serde_json::Value) -> Value {
+    match message.as_object() {
+        Some(fields) if fields.contains_key("tool_calls") => map_value(fields, |key, calls| {
+            (key == "tool_calls").then(|| each_call(calls))
+        }),
+        _ => Value::from(Serde(message)),
+    }
+}
+
+/// A list of tool calls, each `function.arguments` memoised.
+fn each_call(calls: &serde_json::Value) -> Value {
+    let Some(calls) = calls.as_array() else {
+        return Value::from(Serde(calls));
+    };
+    calls
+        .iter()
+        .map(|call| match call.as_object() {
+            Some(call) => map_value(call, |key, function| {
+                let function = function.as_object().filter(|_| key == "function")?;
+                Some(map_value(function, |key, arguments| {
+                    (key == "arguments").then(|| json_memo(Value::from(Serde(arguments))))
+                }))
+            }),
+            None => Value::from(Serde(call)),
+        })
+        .collect()
+}
+
+/// `fields` as a template map in their order (as a converted JSON object is), with the values
+/// `special` gives for some keys.
+fn map_value(
+    fields: &serde_json::Map<String, serde_json::Value>,
+    special: impl Fn(&str, &serde_json::Value) -> Option<Value>,
+) -> Value {
+    let map: IndexMap<Value, Value> = fields
+        .iter()
+        .map(|(k, v)| {
+            let v = special(k, v).unwrap_or_else(|| Value::from(Serde(v)));
+            (Value::from(k.as_str()), v)
+        })
+        .collect();
+    Value::from_object(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,6 +435,37 @@ mod tests {
             .unwrap()
             .render(Value::from(minijinja::value::Serde(&ctx)))
             .unwrap()
+    }
+
+    #[test]
+    fn messages_with_memoised_arguments_render_as_the_plain_messages() {
+        let messages = template_messages(&[
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "t", "arguments": "{\"a\": [1, 2.5], \"b\": \"é\"}"}},
+                {"id": "c2", "type": "function", "function": {"name": "u", "arguments": "not json"}}
+            ]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}),
+        ]);
+        let template = "{% for m in messages %}{% for k, v in m.items() %}{{ k }};{% endfor %}\
+            {% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}|\
+            {{ c.function.arguments | tojson(indent=2) }}|{{ c | tojson }}|{{ m | tojson }}|\
+            {% for k, v in c.function.items() %}{{ k }},{% endfor %}\
+            {{ c.function.arguments is mapping }}{{ c.function.arguments.a }}\
+            {% endfor %}{% endfor %}";
+        let env = environment(template.into()).unwrap();
+        let render = |messages: Vec<Value>| {
+            env.get_template("chat")
+                .unwrap()
+                .render(minijinja::context! { messages => messages })
+                .unwrap()
+        };
+        let plain = render(messages.iter().map(|m| Value::from(Serde(m))).collect());
+        let memo: Vec<Value> = messages.iter().map(template_value).collect();
+        assert_eq!(render(memo.clone()), plain);
+        // Again, from the memo.
+        assert_eq!(render(memo), plain);
+        assert!(plain.contains(r#"{"a": [1, 2.5], "b": "é"}|"#), "{plain}");
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl ChatTokenizer {
         PreparedChat {
             messages: chat_template::template_messages(messages)
                 .iter()
-                .map(|m| minijinja::Value::from(Serde(m)))
+                .map(chat_template::template_value)
                 .collect(),
             tools: tools.map(|t| self.template_tools(t)),
         }

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use crate::calls::{new_call_id, FunctionCall, ToolCall};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// One chat message. `content` is always a string (`""` rather than `null` for assistant
@@ -125,7 +128,7 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// Tools offered (`tool_choice: "auto"` is sent with them); shared by every request of
     /// a rollout.
-    pub tools: std::sync::Arc<[ToolSchema]>,
+    pub tools: Arc<[ToolSchema]>,
     /// Number of choices.
     pub n: u32,
     /// Sampling temperature.
@@ -173,7 +176,7 @@ impl serde::Serialize for ChatBody<'_> {
             body_entry(&mut map, extra, "max_tokens", m)?;
         }
         if !r.tools.is_empty() {
-            body_entry(&mut map, extra, "tools", &*r.tools)?;
+            body_entry(&mut map, extra, "tools", &*tools_json(&r.tools))?;
             body_entry(&mut map, extra, "tool_choice", "auto")?;
         }
         for (k, v) in extra {
@@ -186,6 +189,36 @@ impl serde::Serialize for ChatBody<'_> {
         }
         map.end()
     }
+}
+
+/// Tool lists whose JSON text was made, at most this many (a run offers one list, or one per
+/// toolset distribution draw).
+const TOOLS_JSON_KEPT: usize = 16;
+
+/// The JSON text of a request's `tools`, made once per shared list: every turn of every
+/// rollout sends the same list (one `Arc`), and serialising its schemas again each time was a
+/// tenth of a turn's chat-body work. A list is known by its allocation, which the `Weak` kept
+/// beside its text holds, so no other list can take its address while the entry lives.
+fn tools_json(tools: &Arc<[ToolSchema]>) -> Arc<RawValue> {
+    type Made = Vec<(Weak<[ToolSchema]>, Arc<RawValue>)>;
+    static MADE: Mutex<Made> = Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, json)) = made
+        .iter()
+        .find(|(list, _)| std::ptr::addr_eq(list.as_ptr(), Arc::as_ptr(tools)))
+    {
+        return Arc::clone(json);
+    }
+    let text = serde_json::to_string(&**tools).expect("tool schemas serialise");
+    let json: Arc<RawValue> = RawValue::from_string(text)
+        .expect("serde_json writes valid JSON")
+        .into();
+    made.retain(|(list, _)| list.strong_count() > 0);
+    if made.len() >= TOOLS_JSON_KEPT {
+        made.remove(0);
+    }
+    made.push((Arc::downgrade(tools), Arc::clone(&json)));
+    json
 }
 
 /// One standard key of a [`ChatBody`]: `extra_body`'s value for it when there is one.
@@ -317,6 +350,47 @@ mod tests {
         assert_eq!(
             text,
             r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"n":2,"temperature":0.25,"max_tokens":99,"top_p":0.9}"#
+        );
+    }
+
+    /// The `tools` text is made once per shared list and sent exactly as serialising the
+    /// schemas in place would write it; another list gets its own text.
+    #[test]
+    fn the_tools_text_is_made_once_per_list_and_sent_verbatim() {
+        let schema = |name: &str| {
+            ToolSchema::function(
+                name,
+                "run \"quoted\" é",
+                json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            )
+        };
+        let tools: Arc<[ToolSchema]> = vec![schema("terminal"), schema("read_file")].into();
+        let req = ChatRequest {
+            messages: vec![Message::user("hi")],
+            tools: Arc::clone(&tools),
+            n: 1,
+            temperature: 1.0,
+            max_tokens: None,
+            extra_body: Map::new(),
+            split: Split::Train,
+        };
+        let inline = serde_json::to_string(&*tools).unwrap();
+        let text = serde_json::to_string(&req.body("m")).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"n":1,"temperature":1.0,"tools":{inline},"tool_choice":"auto"}}"#
+            )
+        );
+        assert!(Arc::ptr_eq(&tools_json(&tools), &tools_json(&tools)));
+        let other: Arc<[ToolSchema]> = vec![schema("patch")].into();
+        assert_eq!(
+            tools_json(&other).get(),
+            serde_json::to_string(&*other).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_value(req.body("m")).unwrap()["tools"],
+            serde_json::to_value(&*tools).unwrap()
         );
     }
 

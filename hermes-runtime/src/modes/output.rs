@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::atropos::json::to_python_string;
+use crate::atropos::json::{to_python_string, JsonLayout};
+use crate::atropos::ScoredDataGroup;
 
 /// The first free path among `path`, `<stem>_1<ext>`, `<stem>_2<ext>`, … (always derived from
 /// the original stem), with the parent directory created.
@@ -56,9 +57,20 @@ impl JsonlWriter {
     /// Appends one line, with the run's known secret values scrubbed
     /// ([`crate::config::redact::scrub`]).
     pub fn write<T: Serialize>(&mut self, value: &T) -> std::io::Result<()> {
-        let line = to_python_string(value);
+        self.write_line(&to_python_string(value))
+    }
+
+    /// Appends one group ([`ScoredDataGroup::to_json`], Python's layout), scrubbed as
+    /// [`Self::write`] scrubs.
+    pub fn write_group(&mut self, group: &ScoredDataGroup) -> std::io::Result<()> {
+        let line =
+            String::from_utf8(group.to_json(JsonLayout::Python)).expect("serde_json writes UTF-8");
+        self.write_line(&line)
+    }
+
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
         self.out
-            .write_all(crate::config::redact::scrub(&line).as_bytes())?;
+            .write_all(crate::config::redact::scrub(line).as_bytes())?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }

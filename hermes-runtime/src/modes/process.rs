@@ -373,7 +373,7 @@ impl Tally {
             None => {
                 group.fill_absent_nulls();
                 self.writer
-                    .write(group)
+                    .write_group(group)
                     .with_context(|| format!("cannot write {}", self.summary.jsonl.display()))?;
                 self.shown
                     .push(group)

@@ -4,7 +4,7 @@
 //! of literal words only started without a shell (`direct.rs`), and each command its own
 //! process group, killed on timeout and at teardown (and, when this process
 //! has a controlling terminal, a session without it). Commands start from a cleared
-//! environment plus an allowlist (`sandbox_env`), so the host process's secrets are not
+//! environment plus an allowlist (`CommandEnv`), so the host process's secrets are not
 //! inherited. It is not a security
 //! boundary (same user, same network, absolute paths reach the host); use it to develop
 //! environments without Docker. File transfers are plain copies.
@@ -151,26 +151,60 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// The whole environment of a local command: the allowlisted host variables
-/// ([`INHERITED`], `LC_*`), `HOME` = the scratch directory, then the author's
-/// `container_env` (`KEY=VALUE`, later entries win). Nothing else of the host is inherited.
-fn sandbox_env(home: &Path, extra: &[String]) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| {
-            let k = k.to_string_lossy();
-            INHERITED.contains(&k.as_ref()) || k.starts_with("LC_")
-        })
-        .collect();
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".into(), DEFAULT_PATH.into()));
+/// What every command of a provider's sandboxes inherits besides its `HOME`: the allowlisted
+/// host variables ([`INHERITED`], `LC_*`) and the author's `container_env`, read once per
+/// provider rather than once per sandbox (the host environment is walked and copied for it),
+/// and `bash` as found on that `PATH`.
+#[derive(Debug, Clone)]
+struct CommandEnv {
+    /// The allowlisted host variables (`PATH` defaulted when the host has none).
+    inherited: Vec<(OsString, OsString)>,
+    /// `container_env` entries (`KEY=VALUE`), in order.
+    extra: Vec<(OsString, OsString)>,
+    /// `bash` on the commands' `PATH`.
+    bash: PathBuf,
+}
+
+impl CommandEnv {
+    /// Reads the host variables now and adds `extra` (`KEY=VALUE` entries).
+    fn read(extra: &[String]) -> Self {
+        let mut inherited: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| {
+                let k = k.to_string_lossy();
+                INHERITED.contains(&k.as_ref()) || k.starts_with("LC_")
+            })
+            .collect();
+        if !inherited.iter().any(|(k, _)| k == "PATH") {
+            inherited.push(("PATH".into(), DEFAULT_PATH.into()));
+        }
+        let extra = extra
+            .iter()
+            .map(|entry| {
+                let (k, v) = entry.split_once('=').unwrap_or((entry, ""));
+                (k.into(), v.into())
+            })
+            .collect();
+        let mut env = CommandEnv {
+            inherited,
+            extra,
+            bash: PathBuf::new(),
+        };
+        env.bash = program_in_path(&env.with_home(Path::new("/")), "bash");
+        env
     }
-    env.push(("HOME".into(), home.into()));
-    for entry in extra {
-        let (k, v) = entry.split_once('=').unwrap_or((entry, ""));
-        env.retain(|(old, _)| old != k);
-        env.push((k.into(), v.into()));
+
+    /// The whole environment of a command in the sandbox at `home`: the inherited variables,
+    /// `HOME` = the scratch directory, then the `container_env` entries (later entries win).
+    /// Nothing else of the host is inherited.
+    fn with_home(&self, home: &Path) -> Vec<(OsString, OsString)> {
+        let mut env = self.inherited.clone();
+        env.push(("HOME".into(), home.into()));
+        for (k, v) in &self.extra {
+            env.retain(|(old, _)| old != k);
+            env.push((k.clone(), v.clone()));
+        }
+        env
     }
-    env
 }
 
 /// `program` looked up in the `PATH` of `env`, as the child's own lookup would find it;
@@ -211,7 +245,7 @@ fn program_in_path(env: &[(OsString, OsString)], program: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
-    env: Vec<String>,
+    env: CommandEnv,
 }
 
 impl LocalProvider {
@@ -222,14 +256,14 @@ impl LocalProvider {
         std::fs::create_dir_all(&root)?;
         Ok(LocalProvider {
             root,
-            env: Vec::new(),
+            env: CommandEnv::read(&[]),
         })
     }
 
     /// Adds the author's `container_env` (`KEY=VALUE` entries) to every command's
     /// environment, as the Docker backend does.
     pub fn with_env(mut self, env: Vec<String>) -> Self {
-        self.env = env;
+        self.env = CommandEnv::read(&env);
         self
     }
 
@@ -270,9 +304,7 @@ impl SandboxProvider for LocalProvider {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
-        Ok(Arc::new(
-            LocalSandbox::new(task_id, dir).with_env(&self.env),
-        ))
+        Ok(Arc::new(LocalSandbox::in_env(task_id, dir, &self.env)))
     }
 }
 
@@ -313,9 +345,14 @@ pub struct LocalSandbox {
 impl LocalSandbox {
     /// A sandbox over an existing directory.
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
+        Self::in_env(task_id, dir, &CommandEnv::read(&[]))
+    }
+
+    /// A sandbox over an existing directory whose commands get `command_env`.
+    fn in_env(task_id: &str, dir: PathBuf, command_env: &CommandEnv) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
-        let env = sandbox_env(&dir, &[]);
-        let bash = program_in_path(&env, "bash");
+        let env = command_env.with_home(&dir);
+        let bash = command_env.bash.clone();
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
         let state_file = dir.with_file_name(format!(".{name}.hermes-cwd-{}", short_id()));
         let start_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
@@ -339,8 +376,9 @@ impl LocalSandbox {
 
     /// Adds `KEY=VALUE` entries to every command's environment.
     pub fn with_env(mut self, extra: &[String]) -> Self {
-        self.env = sandbox_env(&self.dir, extra);
-        self.bash = program_in_path(&self.env, "bash");
+        let command_env = CommandEnv::read(extra);
+        self.env = command_env.with_home(&self.dir);
+        self.bash = command_env.bash;
         self
     }
 

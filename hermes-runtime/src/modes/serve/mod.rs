@@ -436,7 +436,7 @@ impl<E: Environment> Loop<E> {
     fn send(&mut self, mut group: ScoredDataGroup) {
         group.fill_absent_nulls();
         if let Some(sink) = &mut self.sink {
-            if let Err(e) = sink.write(&group) {
+            if let Err(e) = sink.write_group(&group) {
                 warn!("cannot write {}: {e}", sink.path().display());
             }
         }

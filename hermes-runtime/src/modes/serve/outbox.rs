@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use super::ServeSummary;
 use crate::atropos::api::SendOutcome;
 use crate::atropos::{ApiError, ScoredDataGroup, Slot, TrajectoryApi};
+use crate::pyjson::JsonLayout;
 
 /// Groups kept for resending while the trajectory API is unreachable; older ones beyond this
 /// are counted as lost (with a log line).
@@ -263,8 +264,8 @@ impl Spool {
     pub fn save(&self, groups: &[ScoredDataGroup]) -> std::io::Result<(usize, usize, PathBuf)> {
         let lines: Vec<Vec<u8>> = groups
             .iter()
-            .map(|g| serde_json::to_vec(g).map_err(std::io::Error::other))
-            .collect::<Result<_, _>>()?;
+            .map(|g| g.to_json(JsonLayout::Compact))
+            .collect();
         let mut budget = self.max_bytes;
         let mut keep_from = lines.len();
         while keep_from > 0 && (lines[keep_from - 1].len() as u64 + 1) <= budget {
