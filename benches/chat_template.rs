@@ -85,7 +85,7 @@ fn main() {
         .iter()
         .map(|m| serde_json::to_value(m).unwrap())
         .collect();
-    let schemas = tools();
+    let schemas: std::sync::Arc<[ToolSchema]> = tools().into();
     let tool_values: Vec<Value> = schemas
         .iter()
         .map(|t| serde_json::to_value(t).unwrap())

@@ -68,7 +68,7 @@ const DIVERGENCES: [(&str, &str, &str); 2] = [
 /// One conversation of the fixture file, after a round trip through our message types.
 struct Conversation {
     messages: Vec<Message>,
-    tools: Vec<ToolSchema>,
+    tools: std::sync::Arc<[ToolSchema]>,
     add_generation_prompt: bool,
     kwargs: Map<String, Value>,
 }
@@ -82,7 +82,9 @@ fn conversations() -> Vec<(String, Conversation)> {
         .map(|(name, c)| {
             let conv = Conversation {
                 messages: serde_json::from_value(c["messages"].clone()).unwrap(),
-                tools: serde_json::from_value(c["tools"].clone()).unwrap(),
+                tools: serde_json::from_value::<Vec<ToolSchema>>(c["tools"].clone())
+                    .unwrap()
+                    .into(),
                 add_generation_prompt: c["add_generation_prompt"].as_bool().unwrap(),
                 kwargs: c
                     .get("kwargs")
@@ -327,7 +329,7 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
         let session = ManagedSession::new(&phase2);
         let request = ChatRequest {
             messages: conv.messages.clone(),
-            tools: conv.tools.clone().into(),
+            tools: conv.tools.clone(),
             n: 1,
             temperature: 1.0,
             max_tokens: None,

@@ -1,6 +1,8 @@
 //! `tokenize_for_trainer`: re-tokenizes a finished chat with the tokenizer's chat template and
 //! masks everything but the assistant output (the last turn, or every assistant turn).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tracing::warn;
 
@@ -37,16 +39,10 @@ impl<'a> Rendered<'a> {
     fn new(
         tok: &'a ChatTokenizer,
         chat: &[Message],
-        tools: &[ToolSchema],
+        tools: &Arc<[ToolSchema]>,
     ) -> Result<Self, TokenizerError> {
         let values = to_values(chat);
-        let tools = (!tools.is_empty()).then(|| {
-            tools
-                .iter()
-                .map(|t| serde_json::to_value(t).expect("tools serialise"))
-                .collect::<Vec<_>>()
-        });
-        let prepared = tok.prepare(&values, tools.as_deref());
+        let prepared = tok.prepare(&values, tools);
         let text = tok.render_prefix(&prepared, values.len(), false)?;
         let (ids, starts) = tok.encode_rendered_with_starts(&text)?;
         Ok(Rendered {
@@ -103,7 +99,7 @@ impl<'a> Rendered<'a> {
 pub fn tokenize_for_trainer(
     tok: &ChatTokenizer,
     chat: &[Message],
-    tools: &[ToolSchema],
+    tools: &Arc<[ToolSchema]>,
     train_on_all_assistant_turns: bool,
     finish_reason: &str,
 ) -> Result<Tokenized, TokenizerError> {
@@ -160,6 +156,10 @@ mod tests {
         spans
     }
 
+    fn no_tools() -> Arc<[ToolSchema]> {
+        Vec::new().into()
+    }
+
     fn chat() -> Vec<Message> {
         vec![
             Message::user("Q"),
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn last_turn_masks_everything_up_to_the_final_assistant_header() {
         let tok = ChatTokenizer::builtin();
-        let t = tokenize_for_trainer(&tok, &chat(), &[], false, "stop").unwrap();
+        let t = tokenize_for_trainer(&tok, &chat(), &no_tools(), false, "stop").unwrap();
         assert_eq!(t.tokens.len(), t.masks.len());
         assert_eq!(trained_text(&tok, &t), ["A2<|im_end|>\n"]);
         let prefix = t.masks.iter().take_while(|&&m| m == -100).count();
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn all_assistant_turns_are_trained_and_truncation_drops_the_eos() {
         let tok = ChatTokenizer::builtin();
-        let t = tokenize_for_trainer(&tok, &chat(), &[], true, "stop").unwrap();
+        let t = tokenize_for_trainer(&tok, &chat(), &no_tools(), true, "stop").unwrap();
         assert_eq!(trained_text(&tok, &t), ["A1<|im_end|>\n", "A2<|im_end|>\n"]);
     }
 
@@ -203,9 +203,9 @@ mod tests {
         .unwrap();
         let tok = ChatTokenizer::load(dir.path().to_str().unwrap()).unwrap();
         let cut = &chat()[..2];
-        let stop = tokenize_for_trainer(&tok, cut, &[], false, "stop").unwrap();
+        let stop = tokenize_for_trainer(&tok, cut, &no_tools(), false, "stop").unwrap();
         assert_eq!(stop.tokens.last(), Some(&257));
-        let length = tokenize_for_trainer(&tok, cut, &[], false, "length").unwrap();
+        let length = tokenize_for_trainer(&tok, cut, &no_tools(), false, "length").unwrap();
         assert_eq!(length.tokens, stop.tokens[..stop.tokens.len() - 1]);
         assert_eq!(trained_text(&tok, &length), ["assistant:A1"]);
     }

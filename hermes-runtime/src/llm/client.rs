@@ -94,9 +94,8 @@ impl LlmClient {
         let http = self.pool.http();
         self.pool
             .call(request.split, |server| async move {
-                let url = format!("{}/chat/completions", server.base);
                 let body = request.body(&server.model);
-                let text = post_json(http, server.target(&url), &body).await?;
+                let text = post_json(http, server.chat_target(), &body).await?;
                 serde_json::from_str(&text)
                     .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))
             })

@@ -213,8 +213,7 @@ impl GenerateClient {
                 } else {
                     vllm_body(request)
                 };
-                let url = format!("{}/generate", server.root());
-                let text = post_json(http, server.target(&url), &body).await?;
+                let text = post_json(http, server.generate_target(), &body).await?;
                 let v: Value = serde_json::from_str(&text)
                     .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))?;
                 if sglang {

@@ -54,11 +54,31 @@ pub(crate) fn retryable_status(status: u16) -> bool {
 }
 
 /// Where and how to talk to one server.
-#[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
-    pub url: &'a str,
+    pub url: RequestUrl<'a>,
     pub api_key: Option<&'a str>,
     pub timeout: Duration,
+}
+
+/// A request's URL: parsed once per server (the URLs every turn requests), or text the
+/// request parses (and reports when it does not parse).
+pub(crate) enum RequestUrl<'a> {
+    /// Parsed.
+    Parsed(&'a reqwest::Url),
+    /// To be parsed.
+    Text(&'a str),
+    /// To be parsed.
+    Owned(String),
+}
+
+impl RequestUrl<'_> {
+    fn request(self, http: &reqwest::Client, method: reqwest::Method) -> reqwest::RequestBuilder {
+        match self {
+            RequestUrl::Parsed(url) => http.request(method, url.clone()),
+            RequestUrl::Text(url) => http.request(method, url),
+            RequestUrl::Owned(url) => http.request(method, url),
+        }
+    }
 }
 
 /// POSTs `body` as JSON and returns the 2xx response text.
@@ -67,23 +87,26 @@ pub(crate) async fn post_json(
     to: Target<'_>,
     body: &impl serde::Serialize,
 ) -> Result<String, HttpFailure> {
-    exchange(http.post(to.url).json(body), to).await
+    let request = to.url.request(http, reqwest::Method::POST).json(body);
+    exchange(request, to.api_key, to.timeout).await
 }
 
 /// GETs `url` and returns the 2xx response text.
 pub(crate) async fn get(http: &reqwest::Client, to: Target<'_>) -> Result<String, HttpFailure> {
-    exchange(http.get(to.url), to).await
+    let request = to.url.request(http, reqwest::Method::GET);
+    exchange(request, to.api_key, to.timeout).await
 }
 
 async fn exchange(
     mut request: reqwest::RequestBuilder,
-    to: Target<'_>,
+    api_key: Option<&str>,
+    timeout: Duration,
 ) -> Result<String, HttpFailure> {
-    request = request.timeout(to.timeout);
-    if let Some(key) = to.api_key {
+    request = request.timeout(timeout);
+    if let Some(key) = api_key {
         request = request.bearer_auth(key);
     }
-    let failed = |e: reqwest::Error| transport_failure(&e, to.timeout);
+    let failed = |e: reqwest::Error| transport_failure(&e, timeout);
     let response = request.send().await.map_err(failed)?;
     let status = response.status();
     let retry_after = response
@@ -95,7 +118,7 @@ async fn exchange(
     if status.is_success() {
         return Ok(text);
     }
-    let body = match to.api_key {
+    let body = match api_key {
         Some(key) if !key.is_empty() => text.replace(key, "<redacted>"),
         _ => text,
     };

@@ -249,16 +249,10 @@ impl<'a> ManagedSession<'a> {
             .messages
             .last()
             .is_none_or(|m| m.role != "assistant");
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| serde_json::to_value(t).expect("tools serialise"))
-            .collect();
-        let tools = (!tools.is_empty()).then_some(tools.as_slice());
         let text = self
             .phase2
             .tokenizer
-            .render(&messages, tools, add_generation_prompt)
+            .render_chat(&messages, &request.tools, add_generation_prompt)
             .map_err(template_error)?;
         Ok(if self.phase2.preserve_think_blocks {
             text

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::health::{Failover, Health, Standing};
-use super::http::{self, HttpFailure, Target};
+use super::http::{self, HttpFailure, RequestUrl, Target};
 use super::route::{choose, weighted, Candidate, Group};
 use super::{LlmError, RequestStats, RetryPolicy, Split};
 use crate::config::{ApiServerConfig, ServerType};
@@ -35,6 +35,17 @@ pub(crate) struct Endpoint {
     timeout: Duration,
     health_check: bool,
     limits: [usize; 2],
+    /// `{base}/chat/completions` and `{root}/generate`, parsed once (a URL string is parsed
+    /// again by every request made with it); `None` when they do not parse, and the request
+    /// then reports that as before.
+    per_turn: Option<PerTurnUrls>,
+}
+
+/// The URLs every turn requests, parsed.
+#[derive(Debug)]
+struct PerTurnUrls {
+    chat: reqwest::Url,
+    generate: reqwest::Url,
 }
 
 impl Endpoint {
@@ -45,6 +56,33 @@ impl Endpoint {
 
     /// `url` on this server with its key and per-request timeout.
     pub fn target<'a>(&'a self, url: &'a str) -> Target<'a> {
+        Target {
+            url: RequestUrl::Text(url),
+            api_key: self.api_key.as_deref(),
+            timeout: self.timeout,
+        }
+    }
+
+    /// `{base_url}/chat/completions` on this server ([`Self::target`]).
+    pub fn chat_target(&self) -> Target<'_> {
+        self.per_turn_target(|u| &u.chat, "/chat/completions", &self.base)
+    }
+
+    /// `{root}/generate` on this server ([`Self::target`]).
+    pub fn generate_target(&self) -> Target<'_> {
+        self.per_turn_target(|u| &u.generate, "/generate", self.root())
+    }
+
+    fn per_turn_target(
+        &self,
+        parsed: fn(&PerTurnUrls) -> &reqwest::Url,
+        path: &str,
+        base: &str,
+    ) -> Target<'_> {
+        let url = match &self.per_turn {
+            Some(urls) => RequestUrl::Parsed(parsed(urls)),
+            None => RequestUrl::Owned(format!("{base}{path}")),
+        };
         Target {
             url,
             api_key: self.api_key.as_deref(),
@@ -444,7 +482,17 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
                 .into(),
         )
     })?;
+    let root = base.strip_suffix("/v1").unwrap_or(base);
+    let per_turn = reqwest::Url::parse(&format!("{base}/chat/completions"))
+        .and_then(|chat| {
+            Ok(PerTurnUrls {
+                chat,
+                generate: reqwest::Url::parse(&format!("{root}/generate"))?,
+            })
+        })
+        .ok();
     Ok(Endpoint {
+        per_turn,
         base: base.to_owned(),
         model: c.model_name.clone(),
         kind: c.server_type,
@@ -560,6 +608,32 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn url_of(target: Target<'_>) -> String {
+        match target.url {
+            RequestUrl::Parsed(url) => format!("parsed {url}"),
+            RequestUrl::Text(url) => format!("text {url}"),
+            RequestUrl::Owned(url) => format!("text {url}"),
+        }
+    }
+
+    #[test]
+    fn the_per_turn_urls_are_parsed_once_and_a_bad_base_is_left_to_the_request() {
+        let mut config = ApiServerConfig {
+            base_url: Some("http://h:9/v1/".into()),
+            ..Default::default()
+        };
+        let e = endpoint(&config).unwrap();
+        assert_eq!(
+            url_of(e.chat_target()),
+            "parsed http://h:9/v1/chat/completions"
+        );
+        assert_eq!(url_of(e.generate_target()), "parsed http://h:9/generate");
+        config.base_url = Some("not a url".into());
+        let e = endpoint(&config).unwrap();
+        assert_eq!(url_of(e.chat_target()), "text not a url/chat/completions");
+        assert_eq!(url_of(e.generate_target()), "text not a url/generate");
+    }
 
     #[test]
     fn the_retry_line_is_throttled_and_counts_what_it_held_back() {

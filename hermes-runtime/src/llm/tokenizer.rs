@@ -6,7 +6,7 @@
 //! prompts go through.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use minijinja::value::Serde;
 use minijinja::Environment;
@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::chat_template;
 use super::pieces::PieceEncoder;
+use super::ToolSchema;
 
 use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
 
@@ -66,9 +67,10 @@ pub struct ChatTokenizer {
     source: String,
     /// Encodes rendered chats piece by piece with a memo, where that cannot change a token.
     pieces: Option<PieceEncoder>,
-    /// The tool schemas of the last chat prepared, as template values (their `tojson` text
-    /// kept with them): every chat of a run has the same.
-    last_tools: Mutex<Option<(Vec<Value>, minijinja::Value)>>,
+    /// Shared tool lists as template values (their `tojson` text kept with them): every chat
+    /// of a run offers the same list (one `Arc`), so its schemas are converted and serialised
+    /// once. A list is known by its allocation, which the `Weak` holds while the entry lives.
+    tool_values: Mutex<Vec<(Weak<[ToolSchema]>, minijinja::Value)>>,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -120,6 +122,10 @@ const SPECIAL_TOKEN_KEYS: [&str; 7] = [
     "mask_token",
 ];
 
+/// Tool lists kept as template values at most (a run offers one, or one per toolset
+/// distribution draw).
+const TOOL_LISTS_KEPT: usize = 16;
+
 impl ChatTokenizer {
     fn build(
         tokenizer: tokenizers::Tokenizer,
@@ -137,7 +143,7 @@ impl ChatTokenizer {
         let eos_id = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t));
         Ok(ChatTokenizer {
             pieces: PieceEncoder::new(&tokenizer),
-            last_tools: Mutex::new(None),
+            tool_values: Mutex::new(Vec::new()),
             tokenizer,
             templates,
             bos_token: token_text(config.get("bos_token")),
@@ -342,39 +348,68 @@ impl ChatTokenizer {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        let tools = tools.map(|tools| {
+            let each: Vec<minijinja::Value> = tools
+                .iter()
+                .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
+                .collect();
+            chat_template::json_memo(minijinja::Value::from(each))
+        });
+        let chat = Self::prepare_with(messages, tools);
+        self.render_prefix(&chat, messages.len(), add_generation_prompt)
+    }
+
+    /// [`Self::render`] with a request's shared tool list (none when it is empty).
+    pub fn render_chat(
+        &self,
+        messages: &[Value],
+        tools: &Arc<[ToolSchema]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
         let chat = self.prepare(messages, tools);
         self.render_prefix(&chat, messages.len(), add_generation_prompt)
     }
 
-    /// `messages` and `tools` converted once into the template's values ([`Self::render`]'s
-    /// inputs), so a chat and its prefixes render without converting them again.
-    pub fn prepare(&self, messages: &[Value], tools: Option<&[Value]>) -> PreparedChat {
+    /// `messages` and `tools` (none when the list is empty) converted once into the template's
+    /// values ([`Self::render`]'s inputs), so a chat and its prefixes render without
+    /// converting them again.
+    pub fn prepare(&self, messages: &[Value], tools: &Arc<[ToolSchema]>) -> PreparedChat {
+        let tools = (!tools.is_empty()).then(|| self.template_tools(tools));
+        Self::prepare_with(messages, tools)
+    }
+
+    fn prepare_with(messages: &[Value], tools: Option<minijinja::Value>) -> PreparedChat {
         PreparedChat {
             messages: chat_template::template_messages(messages)
                 .iter()
                 .map(chat_template::template_value)
                 .collect(),
-            tools: tools.map(|t| self.template_tools(t)),
+            tools,
         }
     }
 
-    /// `tools` as template values, the last chat's when they are the same: each tool and the
-    /// list keep the text `tojson` made of them ([`chat_template::json_memo`]), so the schemas
-    /// are serialised once per run rather than in every render.
-    fn template_tools(&self, tools: &[Value]) -> minijinja::Value {
-        let mut last = self.last_tools.lock().expect("tool cache poisoned");
-        if let Some((schemas, prepared)) = last.as_ref() {
-            if schemas.as_slice() == tools {
-                return prepared.clone();
-            }
+    /// A shared tool list as template values, made once per list: each tool and the list keep
+    /// the text `tojson` made of them ([`chat_template::json_memo`]), so the schemas are
+    /// serialised once per run rather than in every render.
+    fn template_tools(&self, tools: &Arc<[ToolSchema]>) -> minijinja::Value {
+        let mut made = self.tool_values.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, values)) = made
+            .iter()
+            .find(|(list, _)| std::ptr::addr_eq(list.as_ptr(), Arc::as_ptr(tools)))
+        {
+            return values.clone();
         }
         let each: Vec<minijinja::Value> = tools
             .iter()
             .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
             .collect();
-        let prepared = chat_template::json_memo(minijinja::Value::from(each));
-        *last = Some((tools.to_vec(), prepared.clone()));
-        prepared
+        let values = chat_template::json_memo(minijinja::Value::from(each));
+        made.retain(|(list, _)| list.strong_count() > 0);
+        if made.len() >= TOOL_LISTS_KEPT {
+            made.remove(0);
+        }
+        made.push((Arc::downgrade(tools), values.clone()));
+        values
     }
 
     /// [`Self::render`] of the first `n` messages of a prepared chat.

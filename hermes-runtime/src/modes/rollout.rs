@@ -678,7 +678,7 @@ pub async fn collect_group<A: EnvAccess>(
 fn trainer_tokens(
     source: &TokenSource,
     run: &AgentResult,
-    tools: &[ToolSchema],
+    tools: &Arc<[ToolSchema]>,
     nodes: Option<&NodeList>,
 ) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
     match source {
