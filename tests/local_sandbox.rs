@@ -188,6 +188,47 @@ async fn dropping_the_provider_removes_every_task_directory() {
     assert!(!root.exists());
 }
 
+/// The shell keeps its working directory in a state file under `/dev/shm` (a file per sandbox
+/// made and removed on the scratch directories' disk slowed every later file made there), in
+/// a per-run directory that teardown empties and the provider removes.
+#[tokio::test]
+async fn the_shells_state_file_lives_in_dev_shm_and_goes_with_the_sandbox() {
+    let p = LocalProvider::new().unwrap();
+    let name = p.root().file_name().unwrap().to_owned();
+    let state_root = std::path::Path::new("/dev/shm").join(&name);
+    let s = sandbox(&p, "a").await;
+    let out = s.exec(req("mkdir -p sub && cd sub", 10)).await.unwrap();
+    assert_eq!(out.exit_code, 0, "{}", out.output);
+    let pwd = s.exec(req("pwd", 10)).await.unwrap();
+    assert!(
+        pwd.output.trim_end().ends_with("/task-a/sub"),
+        "{}",
+        pwd.output
+    );
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let state = names(&state_root);
+    assert_eq!(state.len(), 1, "{state:?}");
+    assert!(state[0].starts_with(".task-a.hermes-cwd-"), "{state:?}");
+    assert_eq!(
+        names(p.root()),
+        ["task-a"],
+        "nothing beside the scratch directory"
+    );
+    s.teardown().await.unwrap();
+    assert!(names(&state_root).is_empty());
+    drop(s);
+    drop(p);
+    assert!(!state_root.exists());
+}
+
 #[tokio::test]
 async fn a_plain_program_that_cannot_be_started_runs_through_bash_and_says_so() {
     let logs = Logs::default();

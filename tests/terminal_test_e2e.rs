@@ -483,6 +483,18 @@ async fn signal_mid_run(signals: &[i32], extra: &[&str]) -> std::process::Output
         .filter(|e| e.file_name().to_string_lossy().starts_with("hermes-env-"))
         .count();
     assert_eq!(leftover, 0, "the per-run sandbox root is removed");
+    let state_root = format!("hermes-env-{pid}-");
+    let state_leftover: Vec<String> = std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&state_root))
+        .collect();
+    assert!(
+        state_leftover.is_empty(),
+        "the shells' state directory in /dev/shm is removed: {state_leftover:?}"
+    );
     let survivors = || {
         let out = std::process::Command::new("pgrep")
             .args(["-f", &pattern])

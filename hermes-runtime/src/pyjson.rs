@@ -185,7 +185,13 @@ pub fn write_int_array(out: &mut Vec<u8>, ints: &[i64], layout: JsonLayout) {
             chunk[n + 1] = b' ';
             n += sep.len();
         }
-        n = put_int(&mut chunk, n, x);
+        if x == -100 {
+            // Atropos's mask value: most of every mask list.
+            chunk[n..n + 4].copy_from_slice(b"-100");
+            n += 4;
+        } else {
+            n = put_int(&mut chunk, n, x);
+        }
     }
     chunk[n] = b']';
     out.extend_from_slice(&chunk[..=n]);

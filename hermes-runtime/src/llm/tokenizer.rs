@@ -64,6 +64,9 @@ pub struct ChatTokenizer {
     special_tokens: Map<String, Value>,
     /// Extra template variables (`enable_thinking`, …), passed on every render.
     template_kwargs: Map<String, Value>,
+    /// `special_tokens` and `template_kwargs` as one template value, made when they are set
+    /// rather than for every render.
+    globals: minijinja::Value,
     source: String,
     /// Encodes rendered chats piece by piece with a memo, where that cannot change a token.
     pieces: Option<PieceEncoder>,
@@ -141,7 +144,9 @@ impl ChatTokenizer {
             .collect();
         let eos_token = token_text(config.get("eos_token"));
         let eos_id = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t));
+        let globals = globals(&special_tokens, &Map::new());
         Ok(ChatTokenizer {
+            globals,
             pieces: PieceEncoder::new(&tokenizer),
             tool_values: Mutex::new(Vec::new()),
             tokenizer,
@@ -276,6 +281,7 @@ impl ChatTokenizer {
     /// every render passes, so prompts and trainer tokens see the same ones.
     pub fn with_template_kwargs(mut self, kwargs: Map<String, Value>) -> Self {
         self.template_kwargs = kwargs;
+        self.globals = globals(&self.special_tokens, &self.template_kwargs);
         self
     }
 
@@ -429,20 +435,23 @@ impl ChatTokenizer {
             tools => chat.tools.clone(),
             add_generation_prompt => add_generation_prompt,
         };
-        let ctx = minijinja::context! { ..fixed, ..self.globals() };
+        let ctx = minijinja::context! { ..fixed, ..self.globals.clone() };
         template
             .render(ctx)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))
     }
+}
 
-    /// The special tokens and template kwargs every render passes.
-    fn globals(&self) -> minijinja::Value {
-        let mut ctx = self.special_tokens.clone();
-        for (k, v) in &self.template_kwargs {
-            ctx.insert(k.clone(), v.clone());
-        }
-        minijinja::Value::from(Serde(&ctx))
+/// The special tokens and template kwargs every render passes, as one template value.
+fn globals(
+    special_tokens: &Map<String, Value>,
+    template_kwargs: &Map<String, Value>,
+) -> minijinja::Value {
+    let mut ctx = special_tokens.clone();
+    for (k, v) in template_kwargs {
+        ctx.insert(k.clone(), v.clone());
     }
+    minijinja::Value::from(Serde(&ctx))
 }
 
 /// A chat in the chat template's values, made by [`ChatTokenizer::prepare`].

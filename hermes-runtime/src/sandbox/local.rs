@@ -245,17 +245,31 @@ fn program_in_path(env: &[(OsString, OsString)], program: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
+    /// A per-run directory in `/dev/shm` for the shells' working-directory state files, when
+    /// it can be made (else they go beside the scratch directories, under `root`).
+    state_root: Option<PathBuf>,
     env: CommandEnv,
 }
+
+/// Where the shells keep their working directory first: a file made, rewritten three times per
+/// command and removed per sandbox costs less in memory than on disk, and on an ext4 without a
+/// journal every inode deleted in the last minute makes each new one in its block group
+/// slower to allocate (the scratch directories' included).
+const STATE_DIR: &str = "/dev/shm";
 
 impl LocalProvider {
     /// A provider rooted in a fresh directory under the system temp dir.
     pub fn new() -> std::io::Result<Self> {
-        let root =
-            std::env::temp_dir().join(format!("hermes-env-{}-{}", std::process::id(), short_id()));
+        let name = format!("hermes-env-{}-{}", std::process::id(), short_id());
+        let root = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&root)?;
+        let state_root = Path::new(STATE_DIR).join(&name);
+        let state_root = std::fs::create_dir(&state_root)
+            .is_ok()
+            .then_some(state_root);
         Ok(LocalProvider {
             root,
+            state_root,
             env: CommandEnv::read(&[]),
         })
     }
@@ -276,6 +290,9 @@ impl LocalProvider {
 impl Drop for LocalProvider {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(state_root) = &self.state_root {
+            let _ = std::fs::remove_dir_all(state_root);
+        }
     }
 }
 
@@ -304,7 +321,12 @@ impl SandboxProvider for LocalProvider {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
-        Ok(Arc::new(LocalSandbox::in_env(task_id, dir, &self.env)))
+        Ok(Arc::new(LocalSandbox::in_env(
+            task_id,
+            dir,
+            &self.env,
+            self.state_root.as_deref(),
+        )))
     }
 }
 
@@ -337,31 +359,43 @@ pub struct LocalSandbox {
     /// Set before the first process of this sandbox is started: until then nothing of it can
     /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
     spawned: AtomicBool,
-    /// Where the shell keeps the working directory between commands (beside the scratch
-    /// directory, not in it).
-    state_file: PathBuf,
+    /// Where the shell keeps the working directory between commands, the first it can write:
+    /// in the provider's [`STATE_DIR`] directory, else beside the scratch directory (never in
+    /// it).
+    state_files: Vec<PathBuf>,
 }
 
 impl LocalSandbox {
     /// A sandbox over an existing directory.
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
-        Self::in_env(task_id, dir, &CommandEnv::read(&[]))
+        Self::in_env(task_id, dir, &CommandEnv::read(&[]), None)
     }
 
-    /// A sandbox over an existing directory whose commands get `command_env`.
-    fn in_env(task_id: &str, dir: PathBuf, command_env: &CommandEnv) -> Self {
+    /// A sandbox over an existing directory whose commands get `command_env`, its shell's
+    /// state file in `state_root` when given.
+    fn in_env(
+        task_id: &str,
+        dir: PathBuf,
+        command_env: &CommandEnv,
+        state_root: Option<&Path>,
+    ) -> Self {
         let dir_str = dir.to_string_lossy().into_owned();
         let env = command_env.with_home(&dir);
         let bash = command_env.bash.clone();
         let name = dir.file_name().unwrap_or_default().to_string_lossy();
-        let state_file = dir.with_file_name(format!(".{name}.hermes-cwd-{}", short_id()));
+        let state_name = format!(".{name}.hermes-cwd-{}", short_id());
+        let state_files = state_root
+            .map(|root| root.join(&state_name))
+            .into_iter()
+            .chain([dir.with_file_name(&state_name)])
+            .collect();
         let start_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         LocalSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             shell_deferred: AtomicBool::new(true),
             spawned: AtomicBool::new(false),
-            state_file,
+            state_files,
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
             dir,
@@ -638,7 +672,12 @@ impl LocalSandbox {
 
     /// Starts the task's persistent shell (its own process group, the sandbox environment).
     fn spawn_shell(&self) -> Result<PersistentShell<LocalLink>, SandboxError> {
-        let argv = shell_argv(&[self.state_file.to_string_lossy().into_owned()]);
+        let state_files: Vec<String> = self
+            .state_files
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect();
+        let argv = shell_argv(&state_files);
         self.spawned.store(true, SeqCst);
         let mut child = bash_command(&self.bash)
             .args(&argv[1..])
@@ -792,12 +831,13 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     }
 }
 
+/// Runs file-system work (copies, scans, removals) on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
 ) -> Result<T, SandboxError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| SandboxError::Io(format!("file copy thread failed: {e}")))?
+        .map_err(|e| SandboxError::Io(format!("file-system thread failed: {e}")))?
 }
 
 #[async_trait]
@@ -918,12 +958,18 @@ impl Sandbox for LocalSandbox {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.reset_processes().await?;
-        let _ = tokio::fs::remove_file(&self.state_file).await;
-        match tokio::fs::remove_dir_all(&self.dir).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err(&self.dir, e)),
-        }
+        let (state_files, dir) = (self.state_files.clone(), self.dir.clone());
+        blocking(move || {
+            for file in &state_files {
+                let _ = std::fs::remove_file(file);
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io_err(&dir, e)),
+            }
+        })
+        .await
     }
 }
 
@@ -931,7 +977,9 @@ impl Drop for LocalSandbox {
     fn drop(&mut self) {
         *self.shell.get_mut() = None;
         self.kill_all();
-        let _ = std::fs::remove_file(&self.state_file);
+        for file in &self.state_files {
+            let _ = std::fs::remove_file(file);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
