@@ -31,7 +31,7 @@ use super::persistent::{
 };
 use super::process_groups::{kill_group, ProcessGroups};
 use super::shell::{exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader};
-use super::tripwire::{Birth, FrameworkShell, WIRE_TIMEOUT};
+use super::tripwire::{ticks_now, Birth, FrameworkShell, WIRE_TIMEOUT};
 use super::{
     CappedOutput, ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider,
     SandboxSpec, Transfer,
@@ -465,6 +465,7 @@ impl LocalSandbox {
             None => wrapper_argv(&cwd_text, &request.command, &nonce),
         };
         self.spawned.store(true, SeqCst);
+        let before = ticks_now();
         let mut child = bash_command(&self.bash)
             .args(&argv[1..])
             .current_dir(&self.dir)
@@ -477,7 +478,7 @@ impl LocalSandbox {
             .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
-            self.process_groups.add(pgid);
+            self.process_groups.add(pgid, before);
         }
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -576,6 +577,7 @@ impl LocalSandbox {
         let stderr = stdout.try_clone().map_err(io)?;
         let mut command = launch_command(launch);
         command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+        let before = ticks_now();
         let spawned = command.spawn();
         // The command holds this process's copies of the pipe's write end.
         drop(command);
@@ -589,7 +591,7 @@ impl LocalSandbox {
         self.spawned.store(true, SeqCst);
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
-            self.process_groups.add(pgid);
+            self.process_groups.add(pgid, before);
         }
         let mut capture = CappedOutput::new(request.output_limit);
         let deadline = Instant::now() + request.timeout;
@@ -717,8 +719,8 @@ impl ShellHost for LocalSandbox {
         self.spawn_shell()
     }
 
-    fn note_group(&self, pgid: i32) {
-        self.process_groups.add(pgid);
+    fn note_group(&self, pgid: i32, started_after: u64) {
+        self.process_groups.add(pgid, started_after);
     }
 
     async fn kill_command_group(&self, pgid: i32) {

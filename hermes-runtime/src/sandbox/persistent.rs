@@ -37,6 +37,7 @@ use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 
 use super::shell::{nonce, OutputSync};
+use super::tripwire::ticks_now;
 use super::{CappedOutput, ExecOutput, ExecRequest, SandboxError};
 
 /// The shell's script (the output channel moves to fd 3, so job notices on fd 2 are dropped);
@@ -377,14 +378,15 @@ impl<L: ShellLink> PersistentShell<L> {
     }
 
     /// Runs `request`'s command in `cwd` until it ends or `deadline` passes, streaming its
-    /// output into a capture of the request's size; `on_pgid` learns its process group as soon
-    /// as it starts.
+    /// output into a capture of the request's size; `report_pgid` learns its process group as soon
+    /// as it starts, with the boot-clock ticks read just before the frame was sent (the
+    /// group's leader, forked by the shell for this frame, started after them).
     pub async fn run(
         &mut self,
         cwd: &str,
         request: &ExecRequest,
         deadline: Instant,
-        mut on_pgid: impl FnMut(i32),
+        mut report_pgid: impl FnMut(i32, u64),
     ) -> Outcome {
         let mut output = CappedOutput::new(request.output_limit);
         let nonce = nonce();
@@ -394,6 +396,8 @@ impl<L: ShellLink> PersistentShell<L> {
             pgid: None,
             exit: None,
         });
+        let sent = ticks_now();
+        let mut on_pgid = |pgid| report_pgid(pgid, sent);
         if !self.drop_stale_output() || self.link.send(&frame).await.is_err() {
             return self.died(output).await;
         }
@@ -503,8 +507,9 @@ pub(crate) trait ShellHost: Sync {
     type Link: ShellLink;
     /// Starts a fresh persistent shell.
     async fn fresh_shell(&self) -> Result<PersistentShell<Self::Link>, SandboxError>;
-    /// Records the process group a command runs in (killed at reset and teardown).
-    fn note_group(&self, pgid: i32);
+    /// Records the process group a command runs in (killed at reset and teardown); its leader
+    /// started after the boot clock read `started_after` ([`ticks_now`]).
+    fn note_group(&self, pgid: i32, started_after: u64);
     /// Kills the process group of a command past its deadline.
     async fn kill_command_group(&self, pgid: i32);
     /// Keeps the final working directory of a command that ended normally.
@@ -530,7 +535,9 @@ pub(crate) async fn run_in_shell<H: ShellHost + ?Sized>(
         let shell = slot.as_mut().expect("a shell was just started");
         let deadline = Instant::now() + request.timeout;
         let outcome = shell
-            .run(cwd, request, deadline, |pgid| host.note_group(pgid))
+            .run(cwd, request, deadline, |pgid, sent| {
+                host.note_group(pgid, sent)
+            })
             .await;
         match outcome {
             Outcome::Done { output, code, cwd } => {

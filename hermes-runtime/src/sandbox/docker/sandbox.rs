@@ -646,7 +646,7 @@ impl ShellHost for DockerSandbox {
         self.start_shell().await
     }
 
-    fn note_group(&self, pgid: i32) {
+    fn note_group(&self, pgid: i32, _started_after: u64) {
         self.process_groups
             .lock()
             .expect("lock poisoned")
