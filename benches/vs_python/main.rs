@@ -9,8 +9,10 @@
 //! ≥ 5×.
 //!
 //! Run: `cargo bench --bench vs_python` (`-- --quick`: 8 groups, one run each; `-- --callgrind`:
-//! instructions per turn of the Rust side instead, see `callgrind.rs`). The first run creates
-//! `target/python-peer-venv` from `benches/python_peer/requirements.txt` (PyPI).
+//! instructions per turn of the Rust side instead, see `callgrind.rs`; `-- --tmpfs`: every run's
+//! directory, which is both frameworks' `TMPDIR` and so holds their sandboxes, in `/dev/shm`
+//! instead of the system temp dir). The first run creates `target/python-peer-venv` from
+//! `benches/python_peer/requirements.txt` (PyPI).
 
 mod callgrind;
 mod frameworks;
@@ -22,6 +24,12 @@ use std::time::Duration;
 use frameworks::{check_output, Framework, Installed, Workload};
 use measure::Cost;
 use scripted::{ServerProcess, SERVER_FLAG, TURNS};
+
+/// Puts the runs' directories (and so both frameworks' sandboxes) on tmpfs: on a filesystem
+/// that makes every new file slower while recently deleted ones pile up (ext4 without a
+/// journal), the sandboxes' directories cost each framework the same time, which grows over a
+/// session of runs and swamps what the frameworks themselves cost.
+const TMPFS_FLAG: &str = "--tmpfs";
 
 /// The acceptance targets: (what, Python / Rust ratio wanted).
 const TARGETS: [(&str, f64); 3] = [
@@ -75,10 +83,15 @@ fn main() -> anyhow::Result<()> {
     ];
     println!(
         "hermes-env vs the Python peer: {} groups x {} rollouts x {TURNS} turns (3 terminal calls), \
-         scripted server in its own process, {runs} run(s) each, {} cores",
+         scripted server in its own process, {runs} run(s) each, {} cores, sandboxes in {}",
         work.groups,
         work.group_size,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if std::env::args().any(|a| a == TMPFS_FLAG) {
+            "/dev/shm".to_owned()
+        } else {
+            std::env::temp_dir().display().to_string()
+        }
     );
     let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); frameworks.len()];
     for round in 0..runs {
@@ -120,7 +133,11 @@ fn run_once(
     work: Workload,
     server: &mut ServerProcess,
 ) -> anyhow::Result<Cost> {
-    let dir = tempfile::tempdir()?;
+    let dir = if std::env::args().any(|a| a == TMPFS_FLAG) {
+        tempfile::tempdir_in("/dev/shm")?
+    } else {
+        tempfile::tempdir()?
+    };
     let before = server.request_count()?;
     let cost = measure::run(&mut installed.command(framework, work, &server.base_url, dir.path()))
         .map_err(|e| {
