@@ -168,7 +168,7 @@ const TRIPLES: [[u8; 3]; 1000] = {
 /// tokens); serde_json's path costs a separator write, an `itoa` and a copy per integer, this
 /// one writes ids below a million from a table of three-digit groups straight into a stack
 /// buffer (78 → 32 instructions per integer, callgrind).
-pub fn write_int_array(out: &mut Vec<u8>, ints: &[i64], layout: JsonLayout) {
+pub(crate) fn write_int_array(out: &mut Vec<u8>, ints: &[i64], layout: JsonLayout) {
     const CHUNK: usize = 4096;
     // Room for a separator and the longest integer past CHUNK, and the closing bracket.
     let mut chunk = [0u8; CHUNK + 32];

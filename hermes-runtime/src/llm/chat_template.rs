@@ -380,7 +380,7 @@ fn template_message(m: &serde_json::Value) -> serde_json::Value {
 /// the text `tojson` makes of them ([`json_memo`]): a chat is rendered once per trained span
 /// boundary (eight times for four assistant turns), and most templates write each call's
 /// arguments with `tojson` every time.
-pub fn template_value(message: &serde_json::Value) -> Value {
+pub(crate) fn template_value(message: &serde_json::Value) -> Value {
     match message.as_object() {
         Some(fields) if fields.contains_key("tool_calls") => map_value(fields, |key, calls| {
             (key == "tool_calls").then(|| each_call(calls))
