@@ -2,6 +2,7 @@
 //! level ([`HttpFailure`]): the server could not be reached, did not answer in time, or
 //! answered with an error status.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use super::retry::parse_retry_after;
@@ -66,17 +67,14 @@ pub(crate) enum RequestUrl<'a> {
     /// Parsed.
     Parsed(&'a reqwest::Url),
     /// To be parsed.
-    Text(&'a str),
-    /// To be parsed.
-    Owned(String),
+    Text(Cow<'a, str>),
 }
 
 impl RequestUrl<'_> {
     fn request(self, http: &reqwest::Client, method: reqwest::Method) -> reqwest::RequestBuilder {
         match self {
             RequestUrl::Parsed(url) => http.request(method, url.clone()),
-            RequestUrl::Text(url) => http.request(method, url),
-            RequestUrl::Owned(url) => http.request(method, url),
+            RequestUrl::Text(url) => http.request(method, url.as_ref()),
         }
     }
 }

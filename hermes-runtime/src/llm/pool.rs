@@ -57,7 +57,7 @@ impl Endpoint {
     /// `url` on this server with its key and per-request timeout.
     pub fn target<'a>(&'a self, url: &'a str) -> Target<'a> {
         Target {
-            url: RequestUrl::Text(url),
+            url: RequestUrl::Text(url.into()),
             api_key: self.api_key.as_deref(),
             timeout: self.timeout,
         }
@@ -81,7 +81,7 @@ impl Endpoint {
     ) -> Target<'_> {
         let url = match &self.per_turn {
             Some(urls) => RequestUrl::Parsed(parsed(urls)),
-            None => RequestUrl::Owned(format!("{base}{path}")),
+            None => RequestUrl::Text(format!("{base}{path}").into()),
         };
         Target {
             url,
@@ -613,7 +613,6 @@ mod tests {
         match target.url {
             RequestUrl::Parsed(url) => format!("parsed {url}"),
             RequestUrl::Text(url) => format!("text {url}"),
-            RequestUrl::Owned(url) => format!("text {url}"),
         }
     }
 

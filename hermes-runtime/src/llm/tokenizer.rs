@@ -6,7 +6,7 @@
 //! prompts go through.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use minijinja::value::Serde;
 use minijinja::Environment;
@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::chat_template;
 use super::pieces::PieceEncoder;
+use super::types::PerToolList;
 use super::ToolSchema;
 
 use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
@@ -71,9 +72,8 @@ pub struct ChatTokenizer {
     /// Encodes rendered chats piece by piece with a memo, where that cannot change a token.
     pieces: Option<PieceEncoder>,
     /// Shared tool lists as template values (their `tojson` text kept with them): every chat
-    /// of a run offers the same list (one `Arc`), so its schemas are converted and serialised
-    /// once. A list is known by its allocation, which the `Weak` holds while the entry lives.
-    tool_values: Mutex<Vec<(Weak<[ToolSchema]>, minijinja::Value)>>,
+    /// of a run offers the same list, so its schemas are converted and serialised once.
+    tool_values: PerToolList<minijinja::Value>,
 }
 
 impl std::fmt::Debug for ChatTokenizer {
@@ -125,10 +125,6 @@ const SPECIAL_TOKEN_KEYS: [&str; 7] = [
     "mask_token",
 ];
 
-/// Tool lists kept as template values at most (a run offers one, or one per toolset
-/// distribution draw).
-const TOOL_LISTS_KEPT: usize = 16;
-
 impl ChatTokenizer {
     fn build(
         tokenizer: tokenizers::Tokenizer,
@@ -148,7 +144,7 @@ impl ChatTokenizer {
         Ok(ChatTokenizer {
             globals,
             pieces: PieceEncoder::new(&tokenizer),
-            tool_values: Mutex::new(Vec::new()),
+            tool_values: PerToolList::new(),
             tokenizer,
             templates,
             bos_token: token_text(config.get("bos_token")),
@@ -354,14 +350,7 @@ impl ChatTokenizer {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        let tools = tools.map(|tools| {
-            let each: Vec<minijinja::Value> = tools
-                .iter()
-                .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
-                .collect();
-            chat_template::json_memo(minijinja::Value::from(each))
-        });
-        let chat = Self::prepare_with(messages, tools);
+        let chat = Self::prepare_with(messages, tools.map(memoised_list));
         self.render_prefix(&chat, messages.len(), add_generation_prompt)
     }
 
@@ -398,24 +387,7 @@ impl ChatTokenizer {
     /// the text `tojson` made of them ([`chat_template::json_memo`]), so the schemas are
     /// serialised once per run rather than in every render.
     fn template_tools(&self, tools: &Arc<[ToolSchema]>) -> minijinja::Value {
-        let mut made = self.tool_values.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, values)) = made
-            .iter()
-            .find(|(list, _)| std::ptr::addr_eq(list.as_ptr(), Arc::as_ptr(tools)))
-        {
-            return values.clone();
-        }
-        let each: Vec<minijinja::Value> = tools
-            .iter()
-            .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
-            .collect();
-        let values = chat_template::json_memo(minijinja::Value::from(each));
-        made.retain(|(list, _)| list.strong_count() > 0);
-        if made.len() >= TOOL_LISTS_KEPT {
-            made.remove(0);
-        }
-        made.push((Arc::downgrade(tools), values.clone()));
-        values
+        self.tool_values.get_or_make(tools, || memoised_list(tools))
     }
 
     /// [`Self::render`] of the first `n` messages of a prepared chat.
@@ -440,6 +412,16 @@ impl ChatTokenizer {
             .render(ctx)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))
     }
+}
+
+/// `items` as a template list that keeps, for itself and each item, the text `tojson` made of
+/// it ([`chat_template::json_memo`]).
+fn memoised_list<T: serde::Serialize>(items: &[T]) -> minijinja::Value {
+    let each: Vec<minijinja::Value> = items
+        .iter()
+        .map(|t| chat_template::json_memo(minijinja::Value::from(Serde(t))))
+        .collect();
+    chat_template::json_memo(minijinja::Value::from(each))
 }
 
 /// The special tokens and template kwargs every render passes, as one template value.

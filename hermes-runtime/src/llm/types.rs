@@ -191,34 +191,56 @@ impl serde::Serialize for ChatBody<'_> {
     }
 }
 
-/// Tool lists whose JSON text was made, at most this many (a run offers one list, or one per
-/// toolset distribution draw).
-const TOOLS_JSON_KEPT: usize = 16;
+/// Values made once per shared tool list. Every turn of every rollout offers the same list
+/// (one `Arc`), so what is derived from it (the chat body's `tools` text, the chat template's
+/// values) is made once per list, not per request. A list is known by its allocation, which
+/// the `Weak` kept beside its value holds, so no other list can take its address while the
+/// entry lives; at most [`Self::KEPT`] lists are kept (a run offers one, or one per toolset
+/// distribution draw).
+#[derive(Debug)]
+pub(crate) struct PerToolList<V> {
+    made: Mutex<Vec<(Weak<[ToolSchema]>, V)>>,
+}
 
-/// The JSON text of a request's `tools`, made once per shared list: every turn of every
-/// rollout sends the same list (one `Arc`), and serialising its schemas again each time was a
-/// tenth of a turn's chat-body work. A list is known by its allocation, which the `Weak` kept
-/// beside its text holds, so no other list can take its address while the entry lives.
+impl<V: Clone> PerToolList<V> {
+    const KEPT: usize = 16;
+
+    /// An empty memo.
+    pub const fn new() -> Self {
+        PerToolList {
+            made: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The value of `tools`, made with `make` the first time.
+    pub fn get_or_make(&self, tools: &Arc<[ToolSchema]>, make: impl FnOnce() -> V) -> V {
+        let mut made = self.made.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, value)) = made
+            .iter()
+            .find(|(list, _)| std::ptr::addr_eq(list.as_ptr(), Arc::as_ptr(tools)))
+        {
+            return value.clone();
+        }
+        let value = make();
+        made.retain(|(list, _)| list.strong_count() > 0);
+        if made.len() >= Self::KEPT {
+            made.remove(0);
+        }
+        made.push((Arc::downgrade(tools), value.clone()));
+        value
+    }
+}
+
+/// The JSON text of a request's `tools`, made once per shared list ([`PerToolList`]):
+/// serialising the schemas again for every request was a tenth of a turn's chat-body work.
 fn tools_json(tools: &Arc<[ToolSchema]>) -> Arc<RawValue> {
-    type Made = Vec<(Weak<[ToolSchema]>, Arc<RawValue>)>;
-    static MADE: Mutex<Made> = Mutex::new(Vec::new());
-    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, json)) = made
-        .iter()
-        .find(|(list, _)| std::ptr::addr_eq(list.as_ptr(), Arc::as_ptr(tools)))
-    {
-        return Arc::clone(json);
-    }
-    let text = serde_json::to_string(&**tools).expect("tool schemas serialise");
-    let json: Arc<RawValue> = RawValue::from_string(text)
-        .expect("serde_json writes valid JSON")
-        .into();
-    made.retain(|(list, _)| list.strong_count() > 0);
-    if made.len() >= TOOLS_JSON_KEPT {
-        made.remove(0);
-    }
-    made.push((Arc::downgrade(tools), Arc::clone(&json)));
-    json
+    static MADE: PerToolList<Arc<RawValue>> = PerToolList::new();
+    MADE.get_or_make(tools, || {
+        let text = serde_json::to_string(&**tools).expect("tool schemas serialise");
+        RawValue::from_string(text)
+            .expect("serde_json writes valid JSON")
+            .into()
+    })
 }
 
 /// One standard key of a [`ChatBody`]: `extra_body`'s value for it when there is one.

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::archive::{copy_file, copy_tree};
 use super::bounded::{read_regular, READ_LIMIT};
@@ -264,9 +264,18 @@ impl LocalProvider {
         let root = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(&root)?;
         let state_root = Path::new(STATE_DIR).join(&name);
-        let state_root = std::fs::create_dir(&state_root)
-            .is_ok()
-            .then_some(state_root);
+        let state_root = match std::fs::create_dir(&state_root) {
+            Ok(()) => Some(state_root),
+            Err(e) => {
+                info!(
+                    "local sandboxes: cannot use {STATE_DIR} for the shells' working-directory \
+                     files ({e}); they go beside the scratch directories under {} (slower on \
+                     disk; mount a tmpfs at {STATE_DIR} to change it)",
+                    root.display()
+                );
+                None
+            }
+        };
         Ok(LocalProvider {
             root,
             state_root,

@@ -408,26 +408,26 @@ fn pid_max() -> u32 {
 /// process's start (its boot-clock nanoseconds divided down to `USER_HZ`): a process started
 /// after one reading and before another shows a start time between the two.
 pub(crate) fn ticks_now() -> u64 {
-    // SAFETY: clock_gettime and sysconf only write into / read what we pass.
-    let (ts, hz) = unsafe {
+    // SAFETY: clock_gettime only writes into the timespec we pass.
+    let ts = unsafe {
         let mut ts: libc::timespec = std::mem::zeroed();
         libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts);
-        (ts, libc::sysconf(libc::_SC_CLK_TCK).max(1) as u64)
+        ts
     };
     let nanos = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    nanos / (1_000_000_000 / hz).max(1)
+    nanos / (1_000_000_000 / ticks_per_second()).max(1)
 }
 
 /// The boot clock in `/proc/PID/stat` start-time ticks, one second early (so a process
 /// started in the same tick is never missed).
 pub fn boot_ticks() -> u64 {
-    // SAFETY: clock_gettime and sysconf only write into / read what we pass.
-    let (ts, hz) = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts);
-        (ts, libc::sysconf(libc::_SC_CLK_TCK).max(1) as u64)
-    };
-    (ts.tv_sec as u64).saturating_sub(1) * hz + ts.tv_nsec as u64 * hz / 1_000_000_000
+    ticks_now().saturating_sub(ticks_per_second())
+}
+
+/// `USER_HZ`, the unit of `/proc/PID/stat` start times.
+fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK).max(1) as u64 }
 }
 
 /// One row of `/proc`.
