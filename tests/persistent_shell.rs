@@ -244,13 +244,16 @@ async fn a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires(s: Arc
     let armed = Armed::now();
     // The frame runs as soon as this command ends and holds the shell, printing nothing: the
     // checks that run in the shell would wait behind it and see only its output.
-    let queue =
-        r#"printf '%s\0%s\0%s\0' "$PWD" 'touch ~/jam; sleep 300' n0 > /proc/$$/fd/0; echo queued"#;
+    // It names its pid and becomes `sleep 300` in place, so the wait below can see the exec done
+    // (a marker file alone can be seen while the frame is still a copy of the shell).
+    let queue = r#"printf '%s\0%s\0%s\0' "$PWD" 'echo $BASHPID > ~/jam; exec sleep 300' n0 > /proc/$$/fd/0; echo queued"#;
     assert_eq!(run(&*s, queue).await, (0, "queued\n".to_owned()));
     let mut jammed = false;
     for _ in 0..50 {
         let seen = s
-            .exec_one_shot(req("test -e ~/jam && echo yes"))
+            .exec_one_shot(req(
+                r#"p=$(cat ~/jam 2>/dev/null) && [ "$(tr '\0' ' ' < /proc/$p/cmdline)" = 'sleep 300 ' ] && echo yes"#,
+            ))
             .await
             .expect("one-shot");
         if seen.output.trim() == "yes" {
