@@ -5,7 +5,8 @@
 //!
 //! Needs a running daemon and the sandbox image (`sandbox-images/build`).
 //! Run: `cargo bench --bench sandbox` (add `-- --quick` for fewer samples, `-- --exec-only`
-//! to stop after the exec round trip: persistent shell vs one exec per command).
+//! to stop after the exec round trip: the persistent shell back to back (a rollout's calls), the
+//! daemon's attach stream alone, then persistent shell vs one exec per command interleaved).
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -96,6 +97,47 @@ async fn bare_exec(docker: &Docker, container: &str) -> i64 {
         .unwrap()
         .exit_code
         .unwrap_or(-1)
+}
+
+/// The daemon's attach stream alone: one line written to a `cat` exec's stdin and read back,
+/// `rounds` times on one exec (the transport a persistent shell's frame and report take).
+async fn bare_stream_echo(docker: &Docker, container: &str, rounds: usize) -> Vec<f64> {
+    use tokio::io::AsyncWriteExt;
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                cmd: Some(vec!["cat".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = docker.start_exec(&exec.id, None).await.unwrap()
+    else {
+        panic!("the echo exec did not attach");
+    };
+    let mut times = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        input.write_all(b"x\n").await.unwrap();
+        input.flush().await.unwrap();
+        let mut got = 0;
+        while got < 2 {
+            match output.next().await {
+                Some(Ok(LogOutput::StdOut { message })) => got += message.len(),
+                other => panic!("the echo exec ended: {other:?}"),
+            }
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    input.shutdown().await.unwrap();
+    times
 }
 
 fn one_file_tar(name: &str, data: &[u8]) -> Vec<u8> {
@@ -283,6 +325,21 @@ async fn main() {
         s.exec_one_shot(exec_true()).await.unwrap();
         bare_exec(&docker, &name).await;
     }
+    // A rollout's calls follow one another on its shell with nothing else in between: this is
+    // the marginal cost of one more `terminal` call. The interleaved rows below compare the
+    // two paths under the same conditions, each persistent call after a one-shot and a bare exec
+    // whose wind-down in the daemon still competes for the cores.
+    let mut back_to_back = Vec::new();
+    for _ in 0..n(200) {
+        let start = Instant::now();
+        assert_eq!(s.exec(exec_true()).await.unwrap().exit_code, 0);
+        back_to_back.push(ms(start));
+    }
+    let back_to_back = Samples(back_to_back);
+    back_to_back.row("hermes-env Sandbox::exec, back to back");
+    let floor = Samples(bare_stream_echo(&docker, &name, n(200)).await);
+    floor.row("bare API attach stream, one line via `cat`");
+    println!("  interleaved (persistent, one-shot, bare, every third also the CLI):");
     let (mut ours, mut bare, mut via_cli) = (Vec::new(), Vec::new(), Vec::new());
     let mut one_shot = Vec::new();
     for i in 0..n(100) {
