@@ -28,6 +28,7 @@ pub mod sandbox;
 pub mod setup;
 pub mod shutdown;
 pub mod testing;
+mod tls;
 pub mod tools;
 
 /// JSON Schema derivation for the argument types of author-defined tools.

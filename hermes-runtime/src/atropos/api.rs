@@ -182,8 +182,7 @@ impl TrajectoryApi {
     /// A client for `base_url` (e.g. `http://localhost:8000`); `poll` is the wait between
     /// `/register-env` attempts while the trainer has not started (upstream: 1 s).
     pub fn new(base_url: &str, retry: RetryPolicy, poll: Duration) -> Result<Self, ApiError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = crate::tls::client_builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(120))
             .build()

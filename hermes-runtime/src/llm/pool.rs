@@ -509,8 +509,7 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
 /// The HTTP client shared by the inference clients: rustls with the ring provider, a 30 s
 /// connect timeout and a large idle pool for many concurrent rollouts.
 fn http_client() -> Result<reqwest::Client, LlmError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    crate::tls::client_builder()
         .connect_timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(256)
         .build()

@@ -254,8 +254,7 @@ impl std::fmt::Debug for CassetteRecorder {
 impl CassetteRecorder {
     /// Starts a proxy on 127.0.0.1 forwarding to `upstream_base_url` (e.g. `http://host/v1`).
     pub async fn start(upstream_base_url: &str, api_key: Option<String>) -> std::io::Result<Self> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = crate::tls::client_builder()
             .build()
             .map_err(std::io::Error::other)?;
         let upstream = Arc::new(Upstream {

@@ -26,8 +26,7 @@ impl ProviderClient {
         base_url: &str,
         api_key: Option<String>,
     ) -> Result<Self, WebError> {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = crate::tls::client_builder()
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| WebError(format!("{name}: cannot build the HTTP client: {e}")))?;

@@ -109,8 +109,7 @@ impl Api {
             name: "WANDB_API_KEY",
             message: "not set (create one at https://wandb.ai/authorize)".into(),
         })?;
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = crate::tls::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(REQUEST_TIMEOUT)
             .user_agent(concat!("hermes-env/", env!("CARGO_PKG_VERSION")))
