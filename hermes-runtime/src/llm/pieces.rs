@@ -8,8 +8,10 @@
 //! first piece) or on the whole input (truncation, padding), the text is encoded whole.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
+
+use foldhash::fast::RandomState;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use tokenizers::pre_tokenizers::metaspace::PrependScheme;
@@ -34,12 +36,14 @@ pub(crate) struct PieceEncoder {
     memo: Mutex<Memo>,
 }
 
+/// Both sets are keyed by the piece's hash, computed once per piece (SipHash over every piece,
+/// twice, was 3% of a turn's instructions); a kept piece is compared with its text before use.
 #[derive(Default)]
 struct Memo {
     /// Hashes of pieces seen once: a piece is remembered when it comes again, so one-off
     /// pieces (tool output, the model's own turns) are never stored.
-    seen: HashSet<u64>,
-    kept: HashMap<String, Arc<Encoded>>,
+    seen: HashSet<u64, RandomState>,
+    kept: HashMap<u64, (String, Arc<Encoded>), RandomState>,
 }
 
 impl PieceEncoder {
@@ -73,7 +77,7 @@ impl PieceEncoder {
         Some(PieceEncoder {
             cut,
             ids: added.into_iter().map(|(id, _)| id).collect(),
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             memo: Mutex::new(Memo::default()),
         })
     }
@@ -105,8 +109,10 @@ impl PieceEncoder {
         let hash = self.hasher.hash_one(piece);
         let keep = {
             let mut memo = self.memo.lock().expect("piece memo poisoned");
-            if let Some(found) = memo.kept.get(piece) {
-                return Ok(found.clone());
+            if let Some((text, found)) = memo.kept.get(&hash) {
+                if text == piece {
+                    return Ok(found.clone());
+                }
             }
             if memo.seen.len() >= SEEN_MAX {
                 memo.seen.clear();
@@ -123,7 +129,7 @@ impl PieceEncoder {
             if memo.kept.len() >= KEPT_MAX {
                 memo.kept.clear();
             }
-            memo.kept.insert(piece.to_owned(), encoded.clone());
+            memo.kept.insert(hash, (piece.to_owned(), encoded.clone()));
         }
         Ok(encoded)
     }
@@ -236,8 +242,28 @@ mod tests {
         assert!(pieces.memo.lock().unwrap().kept.is_empty());
         pieces.encode(&tok, &format!("{system}two")).unwrap();
         let memo = pieces.memo.lock().unwrap();
-        let kept: Vec<&str> = memo.kept.keys().map(String::as_str).collect();
+        let kept: Vec<&str> = memo.kept.values().map(|(text, _)| text.as_str()).collect();
         assert_eq!(kept, ["system\nthe tools"]);
+    }
+
+    /// The memo is keyed by hash: a kept piece of another text under the same hash (a
+    /// collision) is never used for this one.
+    #[test]
+    fn a_kept_piece_is_used_only_for_its_own_text() {
+        let tok = bpe();
+        let pieces = PieceEncoder::new(&tok).unwrap();
+        let hash = pieces.hasher.hash_one("the text");
+        let other = Arc::new((vec![7, 7, 7], vec![0, 1, 2]));
+        pieces
+            .memo
+            .lock()
+            .unwrap()
+            .kept
+            .insert(hash, ("another text".into(), other));
+        assert_eq!(
+            pieces.encode(&tok, "the text").unwrap(),
+            whole(&tok, "the text")
+        );
     }
 
     #[test]
