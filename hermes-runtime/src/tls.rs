@@ -44,8 +44,9 @@ fn provider() -> Arc<CryptoProvider> {
 /// The platform verifier, built (the roots read) at the first certificate to verify.
 static PLATFORM: OnceLock<Result<Verifier, rustls::Error>> = OnceLock::new();
 
-/// [`Verifier`] with its roots read at the first handshake; a system without roots fails that
-/// handshake with rustls's "No CA certificates were loaded from the system".
+/// [`Verifier`] with its roots read at the first handshake; a system without roots fails every
+/// handshake with rustls's "No CA certificates were loaded from the system", said once at
+/// warning level when first found.
 #[derive(Debug)]
 struct LazyPlatformVerifier {
     provider: Arc<CryptoProvider>,
@@ -54,7 +55,17 @@ struct LazyPlatformVerifier {
 impl LazyPlatformVerifier {
     fn platform(&self) -> Result<&Verifier, rustls::Error> {
         PLATFORM
-            .get_or_init(|| Verifier::new(self.provider.clone()))
+            .get_or_init(|| {
+                let verifier = Verifier::new(self.provider.clone());
+                if let Err(e) = &verifier {
+                    tracing::warn!(
+                        "cannot read the system's root certificates ({e}): every https:// \
+                         connection of this run fails (install ca-certificates, or name a CA \
+                         file in SSL_CERT_FILE)"
+                    );
+                }
+                verifier
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
