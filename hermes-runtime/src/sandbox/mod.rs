@@ -9,6 +9,7 @@ mod archive;
 mod backend;
 mod bounded;
 mod change_scan;
+mod coalesced;
 mod direct;
 pub mod docker;
 mod links;

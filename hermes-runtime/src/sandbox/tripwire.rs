@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::change_scan::{ChangeScan, FOUND_MAX};
+use super::coalesced::Coalesced;
 use super::{ExecRequest, Sandbox, SandboxError, SandboxSpec};
 
 /// Deadline of each tripwire command or scan.
@@ -184,8 +185,7 @@ pub(crate) fn kill_local_leftovers(
     let me = std::process::id();
     let (mut killed, mut killed_pids) = (Vec::new(), Vec::new());
     for _round in 0..3 {
-        let shells = framework_shells().clone();
-        let table = birth.processes_since(|pid| !shells.contains(&pid));
+        let table = birth.processes_since();
         let kept = |pid: u32| {
             let mut q = pid;
             for _ in 0..64 {
@@ -338,17 +338,61 @@ impl Birth {
         }
     }
 
-    /// The rows of the processes whose pid was handed out since the birth: all of `/proc`
-    /// when the counter cannot tell (it may have gone round since, or is not shown).
-    /// Pids that fail `read` are not read.
-    fn processes_since(&self, read: impl Fn(u32) -> bool) -> Vec<ProcessRow> {
-        let fresh = self
-            .pids
-            .zip(PidCounter::read())
-            .and_then(|(then, now)| then.handed_out_until(&now, pid_max()));
-        process_table(|pid| {
-            read(pid) && fresh.is_none_or(|(after, upto)| in_cycle(pid, after, upto))
-        })
+    /// The rows of the processes whose pid was handed out since the birth (all of `/proc`
+    /// when the counter cannot tell: it may have gone round since, or is not shown), the
+    /// framework's shells passed over. From a reading of `/proc` begun after this call, shared
+    /// with the scans that ask at the same time ([`ProcReading`]).
+    fn processes_since(&self) -> Vec<ProcessRow> {
+        let reading = PROC_READINGS.get(*self, ProcReading::take);
+        let fresh = self.handed_out_by(reading.counter);
+        reading
+            .rows
+            .iter()
+            .filter(|p| fresh.is_none_or(|(after, upto)| in_cycle(p.pid, after, upto)))
+            .copied()
+            .collect()
+    }
+
+    /// The cyclic range of pids handed out between the birth and `now`, when the counter
+    /// can tell.
+    fn handed_out_by(&self, now: Option<PidCounter>) -> Option<(u32, u32)> {
+        self.pids
+            .zip(now)
+            .and_then(|(then, now)| then.handed_out_until(&now, pid_max()))
+    }
+}
+
+/// The `/proc` readings the leftover scans share.
+static PROC_READINGS: Coalesced<Birth, ProcReading> = Coalesced::new();
+
+/// One reading of `/proc` for the leftover scans waiting for it ([`Coalesced`]): a group's
+/// rollouts end together, and each scan listing `/proc` and reading the `stat` of every
+/// process started since its sandbox was made was a fifth of the framework's CPU per turn
+/// in the `vs_python` bench. A scan is given only a reading begun after it asked, as its own
+/// would have been.
+struct ProcReading {
+    /// The pid counter, read first.
+    counter: Option<PidCounter>,
+    /// The rows of the pids handed out since any of the births asked about (every pid when
+    /// one of them cannot tell), the framework's shells passed over.
+    rows: Vec<ProcessRow>,
+}
+
+impl ProcReading {
+    fn take(births: &[Birth]) -> Self {
+        let counter = PidCounter::read();
+        let ranges: Option<Vec<(u32, u32)>> =
+            births.iter().map(|b| b.handed_out_by(counter)).collect();
+        let shells = framework_shells().clone();
+        let rows = process_table(|pid| {
+            !shells.contains(&pid)
+                && ranges.as_ref().is_none_or(|ranges| {
+                    ranges
+                        .iter()
+                        .any(|&(after, upto)| in_cycle(pid, after, upto))
+                })
+        });
+        ProcReading { counter, rows }
     }
 }
 
@@ -431,6 +475,7 @@ fn ticks_per_second() -> u64 {
 }
 
 /// One row of `/proc`.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct ProcessRow {
     pub pid: u32,
     pub ppid: u32,
@@ -729,11 +774,7 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("sleep");
-        let pids: Vec<u32> = birth
-            .processes_since(|_| true)
-            .iter()
-            .map(|p| p.pid)
-            .collect();
+        let pids: Vec<u32> = birth.processes_since().iter().map(|p| p.pid).collect();
         assert!(pids.contains(&newer.id()), "{pids:?}");
         assert!(!pids.contains(&older.id()), "{pids:?}");
         let mut older = older;
@@ -821,6 +862,56 @@ mod tests {
             "{killed:?}"
         );
         assert!(!status.success(), "killed, not finished: {status}");
+    }
+
+    /// Scans that run together share their `/proc` readings, and each still finds exactly its
+    /// own sandbox's leftover: one started before a sibling's birth (a reading covers every
+    /// scan's range) and one started after, each killed by its own scan only.
+    #[test]
+    fn scans_running_together_each_kill_only_their_own_leftover() {
+        let homes: Vec<_> = (0..6).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut children = Vec::new();
+        let mut births = Vec::new();
+        for home in &homes {
+            // Afresh: each sandbox its own birth, so the ranges differ.
+            births.push(Birth::read());
+            let child = std::process::Command::new("sleep")
+                .arg("30")
+                .env("HOME", home.path())
+                .spawn()
+                .expect("sleep");
+            let (pid, marker) = (child.id(), format!("HOME={}", home.path().display()));
+            for _ in 0..200 {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                if env.split(|&b| b == 0).any(|e| e == marker.as_bytes()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            children.push(child);
+        }
+        let start = std::sync::Barrier::new(homes.len());
+        let killed: Vec<Vec<String>> = std::thread::scope(|s| {
+            let scans: Vec<_> = homes
+                .iter()
+                .zip(&births)
+                .map(|(home, birth)| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        kill_local_leftovers(home.path(), &[], &[], birth)
+                    })
+                })
+                .collect();
+            scans.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, (killed, child)) in killed.iter().zip(&mut children).enumerate() {
+            let pid = child.id();
+            let status = child.wait().unwrap();
+            assert_eq!(killed.len(), 1, "sandbox {i} killed {killed:?}");
+            assert!(killed[0].starts_with(&format!("{pid} ")), "{i}: {killed:?}");
+            assert!(!status.success(), "killed, not finished: {status}");
+        }
     }
 
     #[test]
