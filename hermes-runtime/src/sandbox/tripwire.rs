@@ -865,8 +865,9 @@ mod tests {
     }
 
     /// Scans that run together share their `/proc` readings, and each still finds exactly its
-    /// own sandbox's leftover: one started before a sibling's birth (a reading covers every
-    /// scan's range) and one started after, each killed by its own scan only.
+    /// own sandbox's leftover. Each leftover starts after its sandbox's birth and before the
+    /// later sandboxes' (a shared reading must cover every waiting scan's range), and each is
+    /// killed by its own scan only.
     #[test]
     fn scans_running_together_each_kill_only_their_own_leftover() {
         let homes: Vec<_> = (0..6).map(|_| tempfile::tempdir().unwrap()).collect();
