@@ -119,8 +119,9 @@ fn main() -> anyhow::Result<()> {
         print_ratios(m, python, &f.label());
     }
     println!(
-        "\nown = user+sys of the framework process (clock ticks, /proc/PID/stat at exit); child = its \
-         reaped children (tool shells, commands); whole process incl. start-up; RSS = ru_maxrss"
+        "\nown = user+sys of the framework process (clock ticks, /proc/PID/stat at exit; of it sys = \
+         the kernel's part, split from user time by tick sampling); child = its reaped children \
+         (tool shells, commands); whole process incl. start-up; RSS = ru_maxrss"
     );
     Ok(())
 }
@@ -170,6 +171,7 @@ fn median(costs: &[Cost]) -> Cost {
     };
     Cost {
         own: Duration::from_secs_f64(mid(|c| c.own.as_secs_f64())),
+        own_system: Duration::from_secs_f64(mid(|c| c.own_system.as_secs_f64())),
         total: Duration::from_secs_f64(mid(|c| c.total.as_secs_f64())),
         wall: Duration::from_secs_f64(mid(|c| c.wall.as_secs_f64())),
         rss_mb: mid(|c| c.rss_mb),
@@ -182,15 +184,23 @@ fn per_turn_ms(d: Duration, work: Workload) -> f64 {
 
 fn print_header() {
     println!(
-        "{:<40} {:>13} {:>15} {:>15} {:>11} {:>8} {:>8}",
-        "", "own ms/turn", "child ms/turn", "total ms/turn", "rollouts/s", "wall s", "RSS MB"
+        "{:<40} {:>13} {:>10} {:>15} {:>15} {:>11} {:>8} {:>8}",
+        "",
+        "own ms/turn",
+        "of it sys",
+        "child ms/turn",
+        "total ms/turn",
+        "rollouts/s",
+        "wall s",
+        "RSS MB"
     );
 }
 
 fn print_row(label: &str, c: &Cost, work: Workload) {
     let (own, total) = (per_turn_ms(c.own, work), per_turn_ms(c.total, work));
     println!(
-        "{label:<40} {own:>13.3} {:>15.3} {total:>15.3} {:>11.1} {:>8.2} {:>8.1}",
+        "{label:<40} {own:>13.3} {:>10.3} {:>15.3} {total:>15.3} {:>11.1} {:>8.2} {:>8.1}",
+        per_turn_ms(c.own_system, work),
         total - own,
         work.rollouts() as f64 / c.wall.as_secs_f64(),
         c.wall.as_secs_f64(),

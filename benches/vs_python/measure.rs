@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 pub struct Cost {
     /// User + system time of the process itself (clock-tick resolution).
     pub own: Duration,
+    /// The system (kernel) part of `own`. The kernel splits a process's exact run time
+    /// between user and system by sampling at clock ticks, so the split is an estimate
+    /// where the sum is not.
+    pub own_system: Duration,
     /// User + system time of the process and its reaped children.
     pub total: Duration,
     /// Spawn to exit.
@@ -26,7 +30,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Cost> {
     let pid = child.id() as libc::pid_t;
     wait_exited(pid)?;
     let wall = started.elapsed();
-    let own = own_cpu(pid)?;
+    let (own, own_system) = own_cpu(pid)?;
     let (status, usage) = reap(pid)?;
     anyhow::ensure!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -35,6 +39,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Cost> {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     Ok(Cost {
         own,
+        own_system,
         total: tv(usage.ru_utime) + tv(usage.ru_stime),
         wall,
         rss_mb: usage.ru_maxrss as f64 / 1024.0,
@@ -64,8 +69,9 @@ fn wait_exited(pid: libc::pid_t) -> std::io::Result<()> {
     }
 }
 
-/// User + system time of the zombie `pid` itself (fields 14 and 15 of its stat line).
-fn own_cpu(pid: libc::pid_t) -> anyhow::Result<Duration> {
+/// User + system time of the zombie `pid` itself (fields 14 and 15 of its stat line), and
+/// the system time alone.
+fn own_cpu(pid: libc::pid_t) -> anyhow::Result<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -81,9 +87,9 @@ fn own_cpu(pid: libc::pid_t) -> anyhow::Result<Duration> {
     };
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(Duration::from_nanos(
-        (ticks(14)? + ticks(15)?) * 1_000_000_000 / hz,
-    ))
+    let time = |ticks: u64| Duration::from_nanos(ticks * 1_000_000_000 / hz);
+    let (user, system) = (ticks(14)?, ticks(15)?);
+    Ok((time(user + system), time(system)))
 }
 
 /// Reaps `pid`: its wait status and rusage (itself plus the children it reaped).
