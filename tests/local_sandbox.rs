@@ -177,6 +177,49 @@ async fn teardown_removes_the_directory_and_later_use_is_an_infra_error() {
     assert!(err.is_infra(), "{err}");
 }
 
+/// The tripwires' file scans on the local backend — the paths the spec protects, hooks
+/// anywhere in the home, module shadows at its top — run as one check (one walk of each on a
+/// file-system thread) and each fires its wire; an untouched sandbox fires none.
+#[tokio::test]
+async fn the_local_tripwire_scans_find_protected_changes_hooks_and_shadows_together() {
+    use hermes_env::sandbox::tripwire::{inspect, Armed};
+    let oracle = tempfile::tempdir().unwrap();
+    std::fs::write(oracle.path().join("answer.txt"), "42").unwrap();
+    let spec = SandboxSpec::default().protect(oracle.path().display().to_string());
+    let p = LocalProvider::new().unwrap();
+    let s = p.create("t", &spec).await.unwrap();
+    // Changes count from the second the wires are armed: arm in the next one.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    tokio::time::sleep(Duration::from_nanos(
+        1_000_000_000 - u64::from(now.subsec_nanos()),
+    ))
+    .await;
+    let armed = Armed::now();
+    let clean = inspect(&*s, &spec, &armed, &[]).await.unwrap();
+    assert!(clean.is_empty(), "an untouched sandbox fired {clean:?}");
+    let answer = oracle.path().join("answer.txt");
+    let agent = format!(
+        "echo 0 > '{}'; mkdir -p pkg/deep; touch pkg/deep/sitecustomize.py json.py",
+        answer.display()
+    );
+    assert_eq!(s.exec(req(&agent, 10)).await.unwrap().exit_code, 0);
+    let wires = inspect(&*s, &spec, &armed, &[]).await.unwrap();
+    assert_eq!(wires.len(), 2, "{wires:?}");
+    assert!(
+        wires[0].starts_with("1 path(s) the verifier relies on changed")
+            && wires[0].ends_with(&answer.display().to_string()),
+        "{wires:?}"
+    );
+    assert!(
+        wires[1].starts_with("2 Python/pytest hook or module shadow(s)")
+            && wires[1].contains("pkg/deep/sitecustomize.py")
+            && wires[1].contains("/json.py"),
+        "{wires:?}"
+    );
+}
+
 #[tokio::test]
 async fn dropping_the_provider_removes_every_task_directory() {
     let p = LocalProvider::new().unwrap();

@@ -19,8 +19,24 @@ use crate::shutdown::{Interrupted, Shutdown};
 pub use plan::{Backend, Phase, RunPlan};
 pub use services::Services;
 
+/// Lets glibc's allocator keep freed memory at the top of the heap (up to 8 MiB) and grow it
+/// 4 MiB at a time. With the defaults it hands the top back after nearly every rollout (the
+/// trainer tokens and JSONL lines of a group are a few hundred KiB, freed together) and the
+/// next rollout takes it again, page fault by page fault: 39 faults per rollout in the
+/// `vs_python` bench, 20 with these settings. Peak RSS is unchanged (the kept pages were in use
+/// a moment before); what is kept is at most the trim threshold.
+fn keep_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 4 << 20);
+    }
+}
+
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
+    keep_freed_heap();
     let args: Vec<OsString> = std::env::args_os().collect();
     // Before `protect`, so that keys read from `.env` are remembered as secrets too.
     let dotenv = crate::dotenv::load_from_cwd();

@@ -327,8 +327,9 @@ impl SandboxProvider for LocalProvider {
             })
             .collect();
         let dir = self.root.join(format!("task-{safe}"));
-        tokio::fs::create_dir_all(&dir)
-            .await
+        // One `mkdir` in the run's root, made on this thread like the `stat`s of a command's
+        // launch: a hand-off to the blocking pool and back costs more CPU than the call.
+        std::fs::create_dir_all(&dir)
             .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
         Ok(Arc::new(LocalSandbox::in_env(
             task_id,
@@ -962,9 +963,19 @@ impl Sandbox for LocalSandbox {
         .await
     }
 
-    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
-        let (scan, home) = (scan.clone(), self.dir.clone());
-        blocking(move || scan.walk(&home, WIRE_TIMEOUT).map(Some)).await
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        let (scans, home) = (scans.to_vec(), self.dir.clone());
+        blocking(move || {
+            scans
+                .iter()
+                .map(|scan| scan.walk(&home, WIRE_TIMEOUT))
+                .collect::<Result<_, _>>()
+                .map(Some)
+        })
+        .await
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

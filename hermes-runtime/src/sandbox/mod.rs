@@ -263,10 +263,15 @@ pub trait Sandbox: Send + Sync {
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         Ok(None)
     }
-    /// Runs a tripwire file scan without a process in the sandbox, where the backend sees its
-    /// files from here; `None` when it cannot (the wire then runs the scan as `find` inside).
-    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
-        let _ = scan;
+    /// Runs a check's tripwire file scans without a process in the sandbox, where the backend
+    /// sees its files from here: the paths each scan found, in order; `None` when it cannot (the
+    /// wires then run the scans as `find` inside). All of a check at once, so a backend that
+    /// walks on a file-system thread hands off once per check, not once per scan.
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        let _ = scans;
         Ok(None)
     }
 }

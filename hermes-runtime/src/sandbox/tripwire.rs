@@ -574,9 +574,21 @@ pub async fn inspect(
             shown(&leftovers)
         ));
     }
-    let changed = match sandbox.changed_paths().await? {
+    let engine_changes = sandbox.changed_paths().await?;
+    // Protected paths are scanned only where the engine cannot report changes itself.
+    let protected = match &engine_changes {
+        Some(_) => &[][..],
+        None => &spec.protected_paths[..],
+    };
+    let scans = [
+        changed_since(protected, armed, false),
+        changed_since(&["~".to_owned()], armed, true),
+        shadows(armed),
+    ];
+    let [protected_changes, mut hooks, shadowing] = found(sandbox, scans).await?;
+    let changed = match engine_changes {
         Some(paths) => watched_changes(&paths, spec),
-        None => changed_since(sandbox, &spec.protected_paths, armed, false).await?,
+        None => protected_changes,
     };
     if !changed.is_empty() {
         wires.push(format!(
@@ -585,8 +597,7 @@ pub async fn inspect(
             shown(&changed)
         ));
     }
-    let mut hooks = changed_since(sandbox, &["~".to_owned()], armed, true).await?;
-    hooks.extend(shadows(sandbox, armed).await?);
+    hooks.extend(shadowing);
     if !hooks.is_empty() {
         wires.push(format!(
             "{} Python/pytest hook or module shadow(s) planted in the agent's home: {}",
@@ -630,69 +641,96 @@ pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
     out
 }
 
-/// Standard-library shadows the agent created directly in its home.
-async fn shadows(sandbox: &dyn Sandbox, armed: &Armed) -> Result<Vec<String>, SandboxError> {
+/// The scan for standard-library shadows the agent created directly in its home.
+fn shadows(armed: &Armed) -> ChangeScan {
     let names = SHADOWED_MODULES
         .iter()
         .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
         .collect();
-    let scan = ChangeScan {
+    ChangeScan {
         roots: vec!["~".to_owned()],
         names,
         top_level: true,
         since: armed.epoch_seconds(),
-    };
-    found(sandbox, &scan).await
+    }
 }
 
-/// Runs a scan of the wires: in this process where the backend can ([`Sandbox::scan_changes`]),
-/// else as `find` in the sandbox. A sandbox without `find` cannot be scanned: one WARN line
-/// says so and the scan finds nothing (on Docker the engine's change list still covers the
-/// system directories, and deleting `find` is a change).
-async fn found(sandbox: &dyn Sandbox, scan: &ChangeScan) -> Result<Vec<String>, SandboxError> {
-    if let Some(paths) = sandbox.scan_changes(scan).await? {
-        return Ok(paths);
-    }
-    let command = format!(
-        "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {}; exit 0",
-        scan.find_command()
-    );
-    let out = wire_exec(sandbox, command).await?;
-    if out.exit_code != 0 {
-        tracing::warn!(
-            "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
-            out.exit_code
-        );
-        return Ok(Vec::new());
-    }
-    let mut paths = lines(&out.output);
-    paths.truncate(FOUND_MAX);
-    Ok(paths)
-}
-
-/// Files under `roots` whose inode changed since `armed` (ctime: not forgeable with `touch`),
-/// all of them or only [`HOOK_NAMES`].
-async fn changed_since(
+/// Runs the scans of the wires (a scan without roots finds nothing): in this process where
+/// the backend can ([`Sandbox::scan_changes`], all in one call), else each as `find` in the
+/// sandbox. A sandbox without `find` cannot be scanned: one WARN line says so and its scans
+/// find nothing (on Docker the engine's change list still covers the system directories, and
+/// deleting `find` is a change).
+async fn found<const N: usize>(
     sandbox: &dyn Sandbox,
-    roots: &[String],
-    armed: &Armed,
-    hooks_only: bool,
-) -> Result<Vec<String>, SandboxError> {
-    if roots.is_empty() {
-        return Ok(Vec::new());
+    scans: [ChangeScan; N],
+) -> Result<[Vec<String>; N], SandboxError> {
+    let wanted: Vec<ChangeScan> = scans
+        .iter()
+        .filter(|s| !s.roots.is_empty())
+        .cloned()
+        .collect();
+    let mut results = match sandbox.scan_changes(&wanted).await? {
+        Some(results) if results.len() == wanted.len() => results,
+        Some(results) => {
+            return Err(SandboxError::Io(format!(
+                "the backend answered {} of {} tripwire scans",
+                results.len(),
+                wanted.len()
+            )))
+        }
+        None => find_in_sandbox(sandbox, &wanted).await?,
     }
+    .into_iter();
+    Ok(scans.map(|scan| {
+        if scan.roots.is_empty() {
+            Vec::new()
+        } else {
+            results.next().unwrap_or_default()
+        }
+    }))
+}
+
+/// The scans as `find` commands in the sandbox, one after the other; all find nothing when
+/// the sandbox has no `find`.
+async fn find_in_sandbox(
+    sandbox: &dyn Sandbox,
+    scans: &[ChangeScan],
+) -> Result<Vec<Vec<String>>, SandboxError> {
+    let mut results = Vec::with_capacity(scans.len());
+    for scan in scans {
+        let command = format!(
+            "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {}; exit 0",
+            scan.find_command()
+        );
+        let out = wire_exec(sandbox, command).await?;
+        if out.exit_code != 0 {
+            tracing::warn!(
+                "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
+                out.exit_code
+            );
+            return Ok(vec![Vec::new(); scans.len()]);
+        }
+        let mut paths = lines(&out.output);
+        paths.truncate(FOUND_MAX);
+        results.push(paths);
+    }
+    Ok(results)
+}
+
+/// The scan for files under `roots` whose inode changed since `armed` (ctime: not forgeable
+/// with `touch`), all of them or only [`HOOK_NAMES`].
+fn changed_since(roots: &[String], armed: &Armed, hooks_only: bool) -> ChangeScan {
     let names = if hooks_only {
         HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect()
     } else {
         Vec::new()
     };
-    let scan = ChangeScan {
+    ChangeScan {
         roots: roots.to_vec(),
         names,
         top_level: false,
         since: armed.epoch_seconds(),
-    };
-    found(sandbox, &scan).await
+    }
 }
 
 fn lines(output: &str) -> Vec<String> {

@@ -70,8 +70,11 @@ impl Sandbox for Watched {
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         self.seen(self.inner.changed_paths().await)
     }
-    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
-        self.seen(self.inner.scan_changes(scan).await)
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        self.seen(self.inner.scan_changes(scans).await)
     }
     /// Teardown failures happen after the rollout's data is complete: not recorded.
     async fn teardown(&self) -> Result<(), SandboxError> {

@@ -379,8 +379,11 @@ impl Sandbox for PlacedSandbox {
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         self.guarded(self.inner.changed_paths()).await
     }
-    async fn scan_changes(&self, scan: &ChangeScan) -> Result<Option<Vec<String>>, SandboxError> {
-        self.guarded(self.inner.scan_changes(scan)).await
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        self.guarded(self.inner.scan_changes(scans)).await
     }
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         self.guarded(self.inner.read_file(path)).await
