@@ -7,8 +7,12 @@ use std::time::Duration;
 mod common;
 
 use common::logs::Logs;
+use std::path::Path;
+
+use hermes_env::sandbox::tripwire::{inspect, Armed};
 use hermes_env::sandbox::{
-    ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    ExecOutput, ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    Transfer,
 };
 
 async fn sandbox(provider: &LocalProvider, task: &str) -> Arc<dyn Sandbox> {
@@ -177,18 +181,50 @@ async fn teardown_removes_the_directory_and_later_use_is_an_infra_error() {
     assert!(err.is_infra(), "{err}");
 }
 
-/// The tripwires' file scans on the local backend — the paths the spec protects, hooks
-/// anywhere in the home, module shadows at its top — run as one check (one walk of each on a
-/// file-system thread) and each fires its wire; an untouched sandbox fires none.
-#[tokio::test]
-async fn the_local_tripwire_scans_find_protected_changes_hooks_and_shadows_together() {
-    use hermes_env::sandbox::tripwire::{inspect, Armed};
+/// A local sandbox that cannot scan its files from this process, as Docker and ssh cannot:
+/// the tripwires run their scans as `find` commands in it.
+struct FindsInside(Arc<dyn Sandbox>);
+
+#[async_trait::async_trait]
+impl Sandbox for FindsInside {
+    fn task_id(&self) -> &str {
+        self.0.task_id()
+    }
+    fn workdir(&self) -> &str {
+        self.0.workdir()
+    }
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        self.0.exec(request).await
+    }
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        self.0.read_file(path).await
+    }
+    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
+        self.0.write_file(path, bytes).await
+    }
+    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.0.upload_file(local, remote).await
+    }
+    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
+        self.0.upload_dir(local, remote).await
+    }
+    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.0.download_file(remote, local).await
+    }
+    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
+        self.0.download_dir(remote, local).await
+    }
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.0.teardown().await
+    }
+}
+
+/// A protected file outside the sandbox and the wires armed in the second after it was
+/// written (changes count from the second the wires are armed).
+async fn protected_file_and_armed_wires() -> (tempfile::TempDir, SandboxSpec, Armed) {
     let oracle = tempfile::tempdir().unwrap();
     std::fs::write(oracle.path().join("answer.txt"), "42").unwrap();
     let spec = SandboxSpec::default().protect(oracle.path().display().to_string());
-    let p = LocalProvider::new().unwrap();
-    let s = p.create("t", &spec).await.unwrap();
-    // Changes count from the second the wires are armed: arm in the next one.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
@@ -196,20 +232,40 @@ async fn the_local_tripwire_scans_find_protected_changes_hooks_and_shadows_toget
         1_000_000_000 - u64::from(now.subsec_nanos()),
     ))
     .await;
-    let armed = Armed::now();
-    let clean = inspect(&*s, &spec, &armed, &[]).await.unwrap();
-    assert!(clean.is_empty(), "an untouched sandbox fired {clean:?}");
-    let answer = oracle.path().join("answer.txt");
+    (oracle, spec, Armed::now())
+}
+
+/// What an agent does to game each file wire: rewrites the protected answer, plants a hook
+/// deep in its home and a module shadow at its top.
+async fn tamper(s: &dyn Sandbox, oracle: &Path) {
     let agent = format!(
         "echo 0 > '{}'; mkdir -p pkg/deep; touch pkg/deep/sitecustomize.py json.py",
-        answer.display()
+        oracle.join("answer.txt").display()
     );
     assert_eq!(s.exec(req(&agent, 10)).await.unwrap().exit_code, 0);
-    let wires = inspect(&*s, &spec, &armed, &[]).await.unwrap();
+}
+
+/// The tripwires' file scans — the paths the spec protects, hooks anywhere in the home, module
+/// shadows at its top — run as one check and each fires its wire, whether the local backend
+/// walks them on one file-system thread or they run as `find` in the sandbox (the other
+/// backends' way): both find the same. An untouched sandbox fires none.
+#[tokio::test]
+async fn the_tripwire_scans_find_protected_changes_hooks_and_shadows_walked_or_with_find() {
+    let (oracle, spec, armed) = protected_file_and_armed_wires().await;
+    let p = LocalProvider::new().unwrap();
+    let walked = p.create("walked", &spec).await.unwrap();
+    let with_find = FindsInside(p.create("with-find", &spec).await.unwrap());
+    for s in [&*walked, &with_find as &dyn Sandbox] {
+        let clean = inspect(s, &spec, &armed, &[]).await.unwrap();
+        assert!(clean.is_empty(), "an untouched sandbox fired {clean:?}");
+    }
+    tamper(&*walked, oracle.path()).await;
+    let wires = inspect(&*walked, &spec, &armed, &[]).await.unwrap();
+    let answer = oracle.path().join("answer.txt").display().to_string();
     assert_eq!(wires.len(), 2, "{wires:?}");
     assert!(
         wires[0].starts_with("1 path(s) the verifier relies on changed")
-            && wires[0].ends_with(&answer.display().to_string()),
+            && wires[0].ends_with(&answer),
         "{wires:?}"
     );
     assert!(
@@ -218,6 +274,49 @@ async fn the_local_tripwire_scans_find_protected_changes_hooks_and_shadows_toget
             && wires[1].contains("/json.py"),
         "{wires:?}"
     );
+    tamper(&with_find, oracle.path()).await;
+    let found = inspect(&with_find, &spec, &armed, &[]).await.unwrap();
+    let home = |w: &str, s: &dyn Sandbox| w.replace(s.workdir(), "HOME");
+    assert_eq!(
+        found
+            .iter()
+            .map(|w| home(w, &with_find))
+            .collect::<Vec<_>>(),
+        wires.iter().map(|w| home(w, &*walked)).collect::<Vec<_>>(),
+        "find found otherwise than the walk"
+    );
+}
+
+/// A sandbox without `find` cannot be scanned: one WARN line says so for the whole check, and
+/// its scans find nothing (the rollout is not failed for it).
+#[tokio::test]
+async fn without_find_the_scans_find_nothing_and_say_so_once() {
+    let (oracle, spec, armed) = protected_file_and_armed_wires().await;
+    // A `PATH` with bash alone.
+    let bin = tempfile::tempdir().unwrap();
+    let bash = ["/usr/bin/bash", "/bin/bash"]
+        .into_iter()
+        .find(|b| Path::new(b).exists())
+        .expect("bash in /usr/bin or /bin");
+    std::os::unix::fs::symlink(bash, bin.path().join("bash")).unwrap();
+    let p = LocalProvider::new()
+        .unwrap()
+        .with_env(vec![format!("PATH={}", bin.path().display())]);
+    let s = FindsInside(p.create("t", &spec).await.unwrap());
+    let agent = format!(
+        "echo 0 > '{}'; echo > json.py",
+        oracle.path().join("answer.txt").display()
+    );
+    assert_eq!(s.exec(req(&agent, 10)).await.unwrap().exit_code, 0);
+    let logs = Logs::default();
+    let wires = {
+        let _guard = logs.capture();
+        inspect(&s, &spec, &armed, &[]).await.unwrap()
+    };
+    assert!(wires.is_empty(), "{wires:?}");
+    let warned = logs.lines_with("no usable `find`");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("WARN"), "{warned:?}");
 }
 
 #[tokio::test]

@@ -705,7 +705,7 @@ async fn find_in_sandbox(
         let out = wire_exec(sandbox, command).await?;
         if out.exit_code != 0 {
             tracing::warn!(
-                "tripwire: the sandbox has no usable `find` (exit {}); its home was not scanned for planted hooks",
+                "tripwire: the sandbox has no usable `find` (exit {}); the paths it protects and its home were not scanned for changes or planted hooks",
                 out.exit_code
             );
             return Ok(vec![Vec::new(); scans.len()]);
