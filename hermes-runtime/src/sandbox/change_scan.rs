@@ -6,6 +6,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::SandboxError;
@@ -20,7 +21,8 @@ pub struct ChangeScan {
     /// Where to look; a root starting with `~` is under the home.
     pub roots: Vec<String>,
     /// File names wanted (`find -name` patterns: a literal, or `*suffix`); empty for all.
-    pub names: Vec<String>,
+    /// Shared: the wires scan every rollout for the same lists.
+    pub names: Arc<[String]>,
     /// Only the roots' direct entries (the roots themselves are not reported); otherwise the
     /// whole trees, on the roots' own filesystems, without `__pycache__` directories.
     pub top_level: bool,
@@ -240,7 +242,7 @@ mod tests {
             roots: vec!["~".into()],
             names: ["conftest.py", "*.pth", "_pytest", "sitecustomize.py"]
                 .map(String::from)
-                .to_vec(),
+                .into(),
             top_level: false,
             since: since(5),
         };
@@ -249,7 +251,7 @@ mod tests {
         assert_eq!(walked.len(), 4, "{walked:?}");
         let all = ChangeScan {
             roots: vec!["~/deep".into(), "/nonexistent-root".into()],
-            names: Vec::new(),
+            names: Arc::new([]),
             ..hooks.clone()
         };
         let (walked, found) = both(&all, h);
@@ -265,7 +267,7 @@ mod tests {
             roots: vec!["~".into()],
             names: ["json.py", "json", "os.py", "os", "deep"]
                 .map(String::from)
-                .to_vec(),
+                .into(),
             top_level: true,
             since: since(5),
         };

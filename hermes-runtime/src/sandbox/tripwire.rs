@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::change_scan::{ChangeScan, FOUND_MAX};
@@ -643,13 +643,15 @@ pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
 
 /// The scan for standard-library shadows the agent created directly in its home.
 fn shadows(armed: &Armed) -> ChangeScan {
-    let names = SHADOWED_MODULES
-        .iter()
-        .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
-        .collect();
+    static NAMES: LazyLock<Arc<[String]>> = LazyLock::new(|| {
+        SHADOWED_MODULES
+            .iter()
+            .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
+            .collect()
+    });
     ChangeScan {
         roots: vec!["~".to_owned()],
-        names,
+        names: NAMES.clone(),
         top_level: true,
         since: armed.epoch_seconds(),
     }
@@ -720,14 +722,12 @@ async fn find_in_sandbox(
 /// The scan for files under `roots` whose inode changed since `armed` (ctime: not forgeable
 /// with `touch`), all of them or only [`HOOK_NAMES`].
 fn changed_since(roots: &[String], armed: &Armed, hooks_only: bool) -> ChangeScan {
-    let names = if hooks_only {
-        HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect()
-    } else {
-        Vec::new()
-    };
+    static HOOKS: LazyLock<Arc<[String]>> =
+        LazyLock::new(|| HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect());
+    static ALL: LazyLock<Arc<[String]>> = LazyLock::new(|| Arc::new([]));
     ChangeScan {
         roots: roots.to_vec(),
-        names,
+        names: Arc::clone(if hooks_only { &HOOKS } else { &ALL }),
         top_level: false,
         since: armed.epoch_seconds(),
     }
