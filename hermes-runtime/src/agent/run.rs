@@ -237,8 +237,8 @@ impl AgentLoop<'_> {
         if name == "todo" {
             // The rollout's todo list lives in the loop, not in the sandbox.
             let mut args = args;
-            if let Some(tool) = self.tools.get(name) {
-                crate::tools::coerce_arguments(&tool.schema().function.parameters, &mut args);
+            if let Some(schema) = self.tools.parameters(name) {
+                crate::tools::coerce_arguments(schema, &mut args);
             }
             let value = todos.call(&args);
             let shown = to_python_string(&value);

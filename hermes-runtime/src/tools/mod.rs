@@ -254,6 +254,15 @@ impl ToolSet {
         self.tools.get(name)
     }
 
+    /// The parameters schema of the offered tool called `name`, from the schemas built once
+    /// (a tool's `schema()` builds its JSON anew: 17 map entries for `terminal`, per call).
+    pub fn parameters(&self, name: &str) -> Option<&Value> {
+        self.schemas
+            .iter()
+            .find(|s| s.function.name == name)
+            .map(|s| &s.function.parameters)
+    }
+
     /// Calls a tool with schema-coerced arguments; unknown tools and missing required
     /// arguments are error results.
     pub async fn call(
@@ -262,12 +271,11 @@ impl ToolSet {
         mut args: Map<String, Value>,
         cx: &ToolCallContext<'_>,
     ) -> Value {
-        let Some(tool) = self.tools.get(name) else {
+        let (Some(tool), Some(schema)) = (self.tools.get(name), self.parameters(name)) else {
             return json!({"error": unknown_tool_message(name, &self.names())});
         };
-        let schema = tool.schema().function.parameters;
-        coerce_arguments(&schema, &mut args);
-        if let Some(missing) = missing_required(&schema, &args) {
+        coerce_arguments(schema, &mut args);
+        if let Some(missing) = missing_required(schema, &args) {
             return json!({"error": format!("Missing required argument '{missing}' for tool '{name}'")});
         }
         tool.call(args, cx).await
