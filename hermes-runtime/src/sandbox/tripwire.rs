@@ -666,11 +666,8 @@ async fn found<const N: usize>(
     sandbox: &dyn Sandbox,
     scans: [ChangeScan; N],
 ) -> Result<[Vec<String>; N], SandboxError> {
-    let wanted: Vec<ChangeScan> = scans
-        .iter()
-        .filter(|s| !s.roots.is_empty())
-        .cloned()
-        .collect();
+    let rootless = scans.each_ref().map(|s| s.roots.is_empty());
+    let wanted: Vec<ChangeScan> = scans.into_iter().filter(|s| !s.roots.is_empty()).collect();
     let mut results = match sandbox.scan_changes(&wanted).await? {
         Some(results) if results.len() == wanted.len() => results,
         Some(results) => {
@@ -683,8 +680,9 @@ async fn found<const N: usize>(
         None => find_in_sandbox(sandbox, &wanted).await?,
     }
     .into_iter();
-    Ok(scans.map(|scan| {
-        if scan.roots.is_empty() {
+    // As many results as scans with roots (checked above), in their order.
+    Ok(rootless.map(|rootless| {
+        if rootless {
             Vec::new()
         } else {
             results.next().unwrap_or_default()
