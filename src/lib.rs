@@ -68,6 +68,15 @@ pub mod prelude {
     pub use serde_json::json;
 }
 
+/// jemalloc serves every allocation of a binary built on hermes-env (feature `jemalloc`, on
+/// by default). Per LLM turn the framework allocates and frees thousands of small blocks
+/// (JSON, chat-template values, token vectors), and glibc's malloc spent a quarter of the
+/// framework's user-space instructions on them in the `vs_python` bench. A binary that sets its
+/// own `#[global_allocator]` turns the feature off (`default-features = false`).
+#[cfg(all(feature = "jemalloc", unix))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Support for generated code; not a public API.
 #[doc(hidden)]
 pub mod __private {

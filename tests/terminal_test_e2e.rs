@@ -406,6 +406,40 @@ async fn own_config_fields_are_flags_with_help() {
     assert!(help.contains("[default: terminal-test]") || help.contains("--env.wandb_name"));
 }
 
+/// hermes-env's default `jemalloc` feature makes jemalloc the allocator of an environment
+/// binary (README, "Memory allocator"): asked through its own environment variable, the
+/// example's allocator prints jemalloc's statistics at exit; without it, nothing of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_environment_binary_allocates_with_jemalloc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let probe = |stats: bool| {
+        let mut cmd = Command::new(common::example_bin("terminal_test"));
+        cmd.args(["process", "--help"]).current_dir(tmp.path());
+        if stats {
+            cmd.env("_RJEM_MALLOC_CONF", "stats_print:true");
+        } else {
+            cmd.env_remove("_RJEM_MALLOC_CONF");
+        }
+        cmd.output()
+    };
+    let with = probe(true).await.expect("run the example");
+    assert!(with.status.success(), "{}", stderr(&with));
+    let text = format!("{}{}", String::from_utf8_lossy(&with.stdout), stderr(&with));
+    assert!(
+        text.contains("Begin jemalloc statistics") && text.contains("End jemalloc statistics"),
+        "no jemalloc statistics: the example does not allocate with jemalloc:\n{text}"
+    );
+    let without = probe(false).await.expect("run the example");
+    assert!(without.status.success(), "{}", stderr(&without));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&without.stdout),
+        stderr(&without)
+    );
+    assert!(!text.contains("jemalloc statistics"), "{text}");
+    assert!(text.contains("--env.partial_credit"), "{text}");
+}
+
 /// Starts a `process` run of two groups of two rollouts whose agent commands sleep for ever,
 /// waits until all four sandboxes exist, sends `signals` (in order, 300 ms apart), and
 /// returns the exit status with its output, after checking that no sandbox directory and no

@@ -20,11 +20,13 @@ pub use plan::{Backend, Phase, RunPlan};
 pub use services::Services;
 
 /// Lets glibc's allocator keep freed memory at the top of the heap (up to 8 MiB) and grow it
-/// 4 MiB at a time. With the defaults it hands the top back whenever a rollout's trainer tokens
-/// or a group's JSONL line (tens to hundreds of KiB, freed together) are freed, and the next
-/// ones take it again, page fault by page fault: 39 faults per rollout in the
-/// `vs_python` bench, 20 with these settings, for 0.6 MB more peak RSS (31.8 → 32.4 MB: the
-/// kept pages were in use a moment before). What is kept is at most the trim threshold.
+/// 4 MiB at a time. It serves the process when hermes-env is built without its default
+/// `jemalloc` feature (and C code's allocations either way). With the defaults it hands the
+/// top back whenever a rollout's trainer tokens or a group's JSONL line (tens to hundreds of
+/// KiB, freed together) are freed, and the next ones take it again, page fault by page fault:
+/// 39 faults per rollout in the `vs_python` bench, 20 with these settings, for 0.6 MB more
+/// peak RSS (31.8 → 32.4 MB: the kept pages were in use a moment before). What is kept is at
+/// most the trim threshold.
 fn keep_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters, under the allocator's own lock.
