@@ -65,14 +65,14 @@ impl<'a> Rendered<'a> {
         }
         let prefix = self
             .tok
-            .render_prefix(&self.chat, n, add_generation_prompt)?;
-        if !self.text.starts_with(&prefix) {
+            .measure_prefix(&self.chat, n, add_generation_prompt, &self.text)?;
+        if !prefix.is_prefix {
             warn!(
                 "chat template of {} is not prefix-stable at message {n}: the trained span there is                  placed by length and may be off",
                 self.tok.source()
             );
         }
-        Ok(prefix.len().min(self.text.len()))
+        Ok(prefix.len.min(self.text.len()))
     }
 
     /// Unmasks every token that starts in the byte range `[start, end)`.

@@ -84,7 +84,13 @@ impl PieceEncoder {
 
     /// `tokenizer.encode(text, false)`'s ids and token start offsets.
     pub fn encode(&self, tokenizer: &Tokenizer, text: &str) -> tokenizers::Result<Encoded> {
-        let (mut ids, mut starts) = (Vec::new(), Vec::new());
+        // A token covers at least one byte in byte-level BPEs (most chat models): room for the
+        // whole text up front, where growing by doubling copied ids and offsets of a long chat
+        // (kilobytes each) several times over.
+        let (mut ids, mut starts) = (
+            Vec::with_capacity(text.len()),
+            Vec::with_capacity(text.len()),
+        );
         let mut at = 0;
         let piece = |from: usize, to: usize, ids: &mut Vec<u32>, starts: &mut Vec<usize>| {
             if from < to {

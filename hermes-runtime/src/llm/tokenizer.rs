@@ -397,6 +397,45 @@ impl ChatTokenizer {
         n: usize,
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        let (template, ctx) = self.prefix_context(chat, n, add_generation_prompt)?;
+        template
+            .render(ctx)
+            .map_err(|e| TokenizerError::Template(format!("{e:#}")))
+    }
+
+    /// [`Self::render_prefix`] measured against `text` as the template writes it, without
+    /// keeping the render: its length in bytes and whether `text` starts with it. The trained
+    /// spans need only that of the prefixes of a chat, and a kept render cost a string grown
+    /// piece by piece (reallocations and copies) for each of them.
+    pub fn measure_prefix(
+        &self,
+        chat: &PreparedChat,
+        n: usize,
+        add_generation_prompt: bool,
+        text: &str,
+    ) -> Result<PrefixRender, TokenizerError> {
+        let (template, ctx) = self.prefix_context(chat, n, add_generation_prompt)?;
+        let mut measured = PrefixOf {
+            text: text.as_bytes(),
+            len: 0,
+            is_prefix: true,
+        };
+        template
+            .render_captured_to(ctx, &mut measured)
+            .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
+        Ok(PrefixRender {
+            len: measured.len,
+            is_prefix: measured.is_prefix,
+        })
+    }
+
+    /// The chat template and its context for the first `n` messages of a prepared chat.
+    fn prefix_context(
+        &self,
+        chat: &PreparedChat,
+        n: usize,
+        add_generation_prompt: bool,
+    ) -> Result<(minijinja::Template<'_, '_>, minijinja::Value), TokenizerError> {
         let template = self
             .templates
             .get_template("chat")
@@ -407,10 +446,39 @@ impl ChatTokenizer {
             tools => chat.tools.clone(),
             add_generation_prompt => add_generation_prompt,
         };
-        let ctx = minijinja::context! { ..fixed, ..self.globals.clone() };
-        template
-            .render(ctx)
-            .map_err(|e| TokenizerError::Template(format!("{e:#}")))
+        Ok((
+            template,
+            minijinja::context! { ..fixed, ..self.globals.clone() },
+        ))
+    }
+}
+
+/// What [`ChatTokenizer::measure_prefix`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixRender {
+    /// The render's length in bytes.
+    pub len: usize,
+    /// Whether the measured text starts with the render.
+    pub is_prefix: bool,
+}
+
+/// A render's sink that keeps nothing: it counts the bytes and compares them with `text`.
+struct PrefixOf<'a> {
+    text: &'a [u8],
+    len: usize,
+    is_prefix: bool,
+}
+
+impl std::io::Write for PrefixOf<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let end = self.len + buf.len();
+        self.is_prefix = self.is_prefix && self.text.get(self.len..end) == Some(buf);
+        self.len = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -486,6 +554,64 @@ mod tests {
             "{with_tools}"
         );
         assert!(with_tools.ends_with("<|im_start|>user\nU<|im_end|>\n"));
+    }
+
+    /// The measured prefix is the kept render's length, and says whether the text starts with
+    /// it: for the built-in (prefix-stable) template at every prefix and generation flag, and
+    /// for a template that renders a prefix unlike the chat's start.
+    #[test]
+    fn a_measured_prefix_is_the_kept_render_compared_with_the_text() {
+        let messages = vec![
+            json!({"role": "system", "content": "S"}),
+            json!({"role": "user", "content": "U"}),
+            json!({"role": "assistant", "content": "A"}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "é"}),
+            json!({"role": "assistant", "content": "B"}),
+        ];
+        let check = |t: &ChatTokenizer, tools: &Arc<[ToolSchema]>| -> Vec<bool> {
+            let chat = t.prepare(&messages, tools);
+            let full = t.render_prefix(&chat, messages.len(), false).unwrap();
+            let mut found = Vec::new();
+            for n in 1..=messages.len() {
+                for generation in [false, true] {
+                    let kept = t.render_prefix(&chat, n, generation).unwrap();
+                    let measured = t.measure_prefix(&chat, n, generation, &full).unwrap();
+                    assert_eq!(measured.len, kept.len(), "n {n}, generation {generation}");
+                    assert_eq!(measured.is_prefix, full.starts_with(&kept));
+                    found.push(measured.is_prefix);
+                }
+            }
+            found
+        };
+        let tools: Arc<[ToolSchema]> = Vec::new().into();
+        // Without a generation prompt every prefix is the chat's start; with one, where the
+        // next message is the assistant's (after the user's and the tool's it is not, nor after
+        // the last message).
+        assert_eq!(
+            check(&ChatTokenizer::builtin(), &tools),
+            [true, false, true, true, true, false, true, true, true, false]
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            ChatTokenizer::builtin_dir().join("tokenizer.json"),
+            dir.path().join("tokenizer.json"),
+        )
+        .unwrap();
+        let unstable = "{{ messages | length }}{% for m in messages %}{{ m.content }}{% endfor %}";
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            json!({"eos_token": "<|im_end|>", "chat_template": unstable}).to_string(),
+        )
+        .unwrap();
+        let t = ChatTokenizer::load(dir.path().to_str().unwrap()).unwrap();
+        // Only the whole chat (with or without the generation prompt, which this template
+        // ignores) renders what the whole chat starts with.
+        let found = check(&t, &tools);
+        assert_eq!(
+            found,
+            [false, false, false, false, false, false, false, false, true, true]
+        );
     }
 
     #[test]
