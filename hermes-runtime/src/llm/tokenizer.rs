@@ -407,7 +407,7 @@ impl ChatTokenizer {
     /// keeping the render: its length in bytes and whether `text` starts with it. The trained
     /// spans need only that of the prefixes of a chat, and a kept render cost a string grown
     /// piece by piece (reallocations and copies) for each of them.
-    pub fn measure_prefix(
+    pub(crate) fn measure_prefix(
         &self,
         chat: &PreparedChat,
         n: usize,
@@ -455,7 +455,7 @@ impl ChatTokenizer {
 
 /// What [`ChatTokenizer::measure_prefix`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrefixRender {
+pub(crate) struct PrefixRender {
     /// The render's length in bytes.
     pub len: usize,
     /// Whether the measured text starts with the render.
