@@ -6,8 +6,8 @@
 //! runs outside the persistent shell. A command can write frames into its own shell's stdin
 //! (`/proc/$$/fd/0`); one that holds the shell cannot make the tripwire checks pass. A
 //! command that is one plain program is `exec`ed by its subshell, with the same results. On
-//! the local backend the first command of a sandbox (or after `reset_processes`) that is one
-//! plain program is `exec`ed by a one-shot wrapper instead of starting the shell for it, and a
+//! the local backend the first command of a sandbox (or after `reset_processes`) runs in a
+//! one-shot wrapper (one plain program `exec`ed by it) instead of starting the shell for it, and a
 //! command of literal words only is started by the framework itself, with the shell's results.
 //! A command sees the locale and `IFS` of a fresh bash, not the ones the shell reads frames in.
 
@@ -33,6 +33,13 @@ async fn run(s: &dyn Sandbox, command: &str) -> (i32, String) {
 }
 
 /// The persistent shell's pid (`$$` in a command is the shell, commands run in subshells).
+/// Runs a first command, so that the next ones share the persistent shell: on the local
+/// backend a sandbox's first command runs one-shot (a shell started for one command costs more
+/// than a `bash -c`), and the shell starts with the second.
+async fn start_the_shell(s: &dyn Sandbox) {
+    assert_eq!(run(s, "cd .").await.0, 0);
+}
+
 async fn shell_pid(s: &dyn Sandbox) -> String {
     let (code, out) = run(s, "echo $$").await;
     assert_eq!(code, 0, "{out}");
@@ -93,6 +100,7 @@ both_backends!(
 );
 
 async fn commands_share_one_shell(s: Arc<dyn Sandbox>) {
+    start_the_shell(&*s).await;
     let first = shell_pid(&*s).await;
     assert_eq!(
         shell_pid(&*s).await,
@@ -218,6 +226,7 @@ async fn reset_processes_kills_the_shell_and_what_commands_left_running(s: Arc<d
 }
 
 async fn one_shot_commands_run_outside_the_persistent_shell(s: Arc<dyn Sandbox>) {
+    start_the_shell(&*s).await;
     let shell = shell_pid(&*s).await;
     let one = s
         .exec_one_shot(req("echo $$; exit 4"))
@@ -242,6 +251,7 @@ async fn a_daemons_later_output_does_not_reach_the_next_call(s: Arc<dyn Sandbox>
 async fn a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires(s: Arc<dyn Sandbox>) {
     use hermes_env::sandbox::tripwire::{inspect, Armed};
     let armed = Armed::now();
+    start_the_shell(&*s).await;
     // The frame runs as soon as this command ends and holds the shell, printing nothing: the
     // checks that run in the shell would wait behind it and see only its output.
     // It names its pid and becomes `sleep 300` in place, so the wait below can see the exec done
@@ -358,13 +368,13 @@ fn parent_and_group(stat: &str) -> (String, String) {
     (get(1), get(2))
 }
 
-/// Local backend: the first plain program of a sandbox, and the first after
-/// `reset_processes` (a verifier's lone `cat`), runs one-shot, `exec`ed by its wrapper: this
+/// Local backend: the first command of a sandbox, and the first after `reset_processes` (a
+/// verifier's lone `cat`), runs one-shot; a plain program is `exec`ed by its wrapper: this
 /// process is its parent and it leads its own process group. Exit codes, bash's "command not
 /// found", the preamble and the working directory are as in the shell; the next command
 /// starts the persistent shell, whose plain programs are `exec`ed by its subshells.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_starts_the_shell() {
+async fn local_a_first_command_runs_one_shot_and_the_next_command_starts_the_shell() {
     with_backend("local", |s| async move {
         let me = std::process::id().to_string();
         // Quoted, so that the command is not one this process starts itself.
@@ -381,6 +391,17 @@ async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_sta
         assert_eq!(code, 127, "{out}");
         assert!(out.contains("command not found"), "{out}");
         s.reset_processes().await.expect("reset");
+        // A first command that needs a shell (a builtin, a redirection, `;`) runs in a one-shot
+        // `bash -c` too: no subshell, and the working directory it leaves is kept.
+        let (code, out) = run(
+            &*s,
+            "mkdir -p sub; cd sub; [ $$ = $BASHPID ] && echo one-shot",
+        )
+        .await;
+        assert_eq!((code, out.as_str()), (0, "one-shot\n"));
+        assert!(run(&*s, "pwd").await.1.trim_end().ends_with("/sub"));
+        run(&*s, "cd ..").await;
+        s.reset_processes().await.expect("reset");
         let request = req("cat /proc/self/environ").with_preamble("export HERMES_PREAMBLE_RAN=1");
         let out = s.exec(request).await.expect("exec");
         assert_eq!(out.exit_code, 0, "{}", out.output);
@@ -393,6 +414,11 @@ async fn local_a_first_plain_program_is_execed_one_shot_and_the_next_command_sta
         let (code, home) = run(&*s, "pwd").await;
         assert_eq!(code, 0, "{home}");
         let shell = shell_pid(&*s).await;
+        assert_eq!(
+            run(&*s, "[ $$ = $BASHPID ] || echo subshell").await,
+            (0, "subshell\n".to_owned()),
+            "a command of the running shell runs in its subshell"
+        );
         assert_ne!(shell, me);
         let (code, stat) = run(&*s, "cat '/proc/self/stat'").await;
         assert_eq!(code, 0, "{stat}");

@@ -357,14 +357,18 @@ pub struct LocalSandbox {
     start_dir: PathBuf,
     /// When the sandbox was made: no older process can be its.
     birth: Birth,
-    /// The persistent shell, started by the first command (and again after it died).
+    /// The persistent shell, started by the second command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
     shell_unavailable: AtomicBool,
-    /// Set while no shell has been started since the sandbox was made or its processes were
-    /// reset: the first command that is one plain program then runs one-shot, `exec`ed by its
-    /// wrapper, instead of starting a shell for it (a verifier's lone `cat` or `pytest` after
-    /// the agent's shell is gone); the next command starts the shell.
+    /// Set while no command has run since the sandbox was made or its processes were reset:
+    /// the first command then runs one-shot (one plain program `exec`ed by its wrapper)
+    /// instead of starting a shell for it, and the next command starts the shell. A shell
+    /// started for one command (a verifier's lone `cat` or `pytest` after the agent's shell is
+    /// gone, a task of one write) costs more than a `bash -c`: its pipes, its frames, its
+    /// state file and the fork of a subshell, where the wrapper runs a builtin in place; a
+    /// shell that serves several commands pays for one `bash -c` more. Only the working
+    /// directory persists between commands on either path.
     shell_deferred: AtomicBool,
     /// Set before the first process of this sandbox is started: until then nothing of it can
     /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
@@ -668,7 +672,7 @@ impl LocalSandbox {
         if !frameable(&cwd_text, &request.command) || self.shell_unavailable.load(Relaxed) {
             return self.exec_one_shot_in(cwd, request).await;
         }
-        if slot.is_none() && self.execable(&request).is_some() && self.shell_deferred.load(SeqCst) {
+        if slot.is_none() && self.shell_deferred.load(SeqCst) {
             self.shell_deferred.store(false, SeqCst);
             drop(slot);
             return self.exec_one_shot_in(cwd, request).await;
