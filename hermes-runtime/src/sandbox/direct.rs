@@ -45,8 +45,9 @@ pub(crate) enum InPlaceOf {
 }
 
 /// The [`Launch`] of `command` (after `preamble`) in `cwd`, when bash would do nothing to it
-/// but start its program; `None` sends it to the shell. `start_dir` is where the shell would
-/// have started (its `OLDPWD` after the `cd` into `cwd`).
+/// but start its program; `None` sends it to the shell. `cwd` is a directory the caller has
+/// just seen exist (else the shell's `cd` would go elsewhere); `start_dir` is where the shell
+/// would have started (its `OLDPWD` after the `cd` into `cwd`).
 pub(crate) fn launch(
     preamble: &str,
     command: &str,
@@ -63,7 +64,7 @@ pub(crate) fn launch(
     if sandbox_env
         .iter()
         .any(|(k, _)| k.as_bytes().starts_with(b"BASH_FUNC_"))
-        || !is_canonical_dir(cwd)
+        || !is_canonical(cwd)
     {
         return None;
     }
@@ -110,16 +111,15 @@ fn set(env: &mut Vec<(OsString, OsString)>, key: &str, value: OsString) {
     env.push((key.into(), value));
 }
 
-/// True for an absolute directory path without `.`, `..` or empty components (bash's `cd`
-/// would rewrite any other into `PWD`) that exists.
-fn is_canonical_dir(cwd: &Path) -> bool {
+/// True for an absolute path without `.`, `..` or empty components (bash's `cd` would
+/// rewrite any other into `PWD`).
+fn is_canonical(cwd: &Path) -> bool {
     let text = cwd.as_os_str().as_bytes();
     cwd.is_absolute()
         && !text.windows(2).any(|w| w == b"//")
         && cwd
             .components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        && cwd.is_dir()
 }
 
 /// The words of `command` when it is one program ([`exec_word`]) with literal words only:

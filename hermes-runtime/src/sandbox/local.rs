@@ -576,6 +576,10 @@ impl LocalSandbox {
         if *HAS_TERMINAL && SETSID.is_none() {
             return Ok(None);
         }
+        // `command_cwd` has just seen the scratch directory exist; another is looked at here.
+        if cwd != self.dir && !cwd.is_dir() {
+            return Ok(None);
+        }
         let (preamble, command) = request.parts();
         let at = (cwd, self.start_dir.as_path());
         match launch(preamble, command, at, in_place_of, &self.env) {
