@@ -17,6 +17,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+use super::path_memo::remembered;
 use super::persistent::exec_word;
 use crate::context::CLEAN_PREAMBLE;
 
@@ -83,7 +84,8 @@ pub(crate) fn launch(
         _ => return None,
     };
     let argv = literal_argv(command, home.as_deref())?;
-    let program = find_program(&var(&env, "PATH").unwrap_or_default(), &argv[0])?;
+    let path = var(&env, "PATH").unwrap_or_default();
+    let program = remembered(&path, &argv[0], find_program)?;
     // Bash's own corrections of an odd `SHLVL` (negative, too high, not a number) are left
     // to bash.
     let level = match var(&env, "SHLVL") {

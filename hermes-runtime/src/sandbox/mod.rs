@@ -15,6 +15,7 @@ pub mod docker;
 mod links;
 mod local;
 mod output;
+mod path_memo;
 mod persistent;
 mod process_groups;
 mod remote_path;
