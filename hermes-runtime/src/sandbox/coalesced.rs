@@ -4,15 +4,19 @@
 //! While a reading is being taken, the callers that arrive wait for it to end; then one of them
 //! takes the next reading, with the questions of all of them, and each gets that one. A burst
 //! of `n` callers costs two readings instead of `n`, and no caller is given a reading that
-//! began before it asked.
+//! began before it asked. With a gathering time, the caller that is to take a reading waits
+//! that long first, and the callers arriving meanwhile share it too.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Readings of type `T`, each made for the questions (`Q`) of the callers waiting for it.
 pub(crate) struct Coalesced<Q, T> {
     state: Mutex<State<Q, T>>,
     /// Signalled when a reading ends.
     ended: Condvar,
+    /// How long the caller that is to take a reading waits first for others to join it.
+    gather: Duration,
 }
 
 struct State<Q, T> {
@@ -29,9 +33,11 @@ struct State<Q, T> {
 }
 
 impl<Q: Clone, T> Coalesced<Q, T> {
-    /// No reading yet.
-    pub const fn new() -> Self {
+    /// No reading yet; the caller that is to take a reading first waits `gather` for others
+    /// to join it (one reading for callers spread over that time; zero: none).
+    pub const fn gathering_for(gather: Duration) -> Self {
         Coalesced {
+            gather,
             state: Mutex::new(State {
                 begun: 0,
                 running: false,
@@ -74,8 +80,23 @@ impl<Q: Clone, T> Coalesced<Q, T> {
         me: u64,
         read: impl FnOnce(&[Q]) -> T,
     ) -> Arc<T> {
-        state.begun += 1;
         state.running = true;
+        if !self.gather.is_zero() {
+            // Callers arriving meanwhile see a reading running and wait for the next one,
+            // which is this one: it begins after the wait.
+            let deadline = std::time::Instant::now() + self.gather;
+            while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+                if left.is_zero() {
+                    break;
+                }
+                state = self
+                    .ended
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        state.begun += 1;
         let id = state.begun;
         let questions: Vec<Q> = state.waiting.iter().map(|(_, q)| q.clone()).collect();
         drop(state);
@@ -124,7 +145,7 @@ mod tests {
 
     #[test]
     fn callers_arriving_during_a_reading_share_the_next_one_which_began_after_each_asked() {
-        static COALESCED: Coalesced<u64, Reading> = Coalesced::new();
+        static COALESCED: Coalesced<u64, Reading> = Coalesced::gathering_for(Duration::ZERO);
         let clock = AtomicU64::new(0);
         let readings = AtomicU64::new(0);
         let callers = 8;
@@ -167,8 +188,46 @@ mod tests {
     }
 
     #[test]
+    fn callers_arriving_while_one_gathers_share_its_reading_which_began_after_each_asked() {
+        static COALESCED: Coalesced<u64, Reading> =
+            Coalesced::gathering_for(Duration::from_millis(300));
+        let clock = AtomicU64::new(0);
+        let readings = AtomicU64::new(0);
+        let results: Vec<(u64, Arc<Reading>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4u64)
+                .map(|i| {
+                    let (clock, readings) = (&clock, &readings);
+                    s.spawn(move || {
+                        // Spread over 90 ms, each reading instant.
+                        std::thread::sleep(Duration::from_millis(30 * i));
+                        let asked_at = clock.fetch_add(1, SeqCst);
+                        let reading = COALESCED.get(i, |questions| {
+                            readings.fetch_add(1, SeqCst);
+                            Reading {
+                                began_at: clock.fetch_add(1, SeqCst),
+                                questions: questions.to_vec(),
+                            }
+                        });
+                        (asked_at, reading)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, (asked_at, reading)) in results.iter().enumerate() {
+            assert!(reading.began_at > *asked_at, "caller {i}: {reading:?}");
+            assert!(reading.questions.contains(&(i as u64)), "caller {i}");
+        }
+        assert_eq!(
+            readings.load(SeqCst),
+            1,
+            "4 callers within the gathering time"
+        );
+    }
+
+    #[test]
     fn a_caller_after_a_reading_ended_gets_a_new_one_and_a_panicking_reading_blocks_no_one() {
-        let coalesced: Coalesced<u8, u32> = Coalesced::new();
+        let coalesced: Coalesced<u8, u32> = Coalesced::gathering_for(Duration::ZERO);
         assert_eq!(*coalesced.get(1, |q| u32::from(q[0])), 1);
         assert_eq!(*coalesced.get(2, |q| u32::from(q[0])), 2);
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
