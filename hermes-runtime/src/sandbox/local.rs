@@ -1,6 +1,6 @@
 //! The local backend: each task gets its own scratch directory (also its `$HOME`, and the
 //! start of its persistent working directory), one persistent shell (started by the second
-//! command when the first is one plain program, which its one-shot wrapper `exec`s), a command
+//! command: the first runs in a one-shot wrapper, which `exec`s one plain program), a command
 //! of literal words only started without a shell (`direct.rs`), and each command its own
 //! process group, killed on timeout and at teardown (and, when this process
 //! has a controlling terminal, a session without it). Commands start from a cleared
