@@ -361,9 +361,10 @@ pub struct LocalSandbox {
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
     shell_unavailable: AtomicBool,
-    /// Set while no command has run since the sandbox was made or its processes were reset:
-    /// the first command then runs one-shot (one plain program `exec`ed by its wrapper)
-    /// instead of starting a shell for it, and the next command starts the shell. A shell
+    /// Set while no command has needed a shell since the sandbox was made or its processes
+    /// were reset (one this process starts itself needs none): the first that does then runs
+    /// one-shot (one plain program `exec`ed by its wrapper) instead of starting a shell for
+    /// it, and the next one starts the shell. A shell
     /// started for one command (a verifier's lone `cat` or `pytest` after the agent's shell is
     /// gone, a task of one write) costs more than a `bash -c`: its pipes, its frames, its
     /// state file and the fork of a subshell, where the wrapper runs a builtin in place; a
