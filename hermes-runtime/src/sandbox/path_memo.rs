@@ -39,7 +39,17 @@ const WATCHED_EVENTS: u32 = libc::IN_CREATE
     | libc::IN_MOVE_SELF;
 
 /// The process's kept lookups.
-static MEMO: Mutex<Option<PathMemo>> = Mutex::new(None);
+static MEMO: Mutex<Memo> = Mutex::new(Memo::Untried);
+
+/// Whether lookups can be kept.
+enum Memo {
+    /// No lookup yet, or the last watch was lost: a fresh one is made at the next lookup.
+    Untried,
+    /// This process cannot make an inotify watch: every lookup searches.
+    Unavailable,
+    /// Lookups are kept.
+    Kept(PathMemo),
+}
 
 /// `search(path, name)`'s answer, kept while nothing changes in `path`'s directories.
 pub(crate) fn remembered(
@@ -48,14 +58,14 @@ pub(crate) fn remembered(
     search: impl FnOnce(&OsStr, &OsStr) -> Option<PathBuf>,
 ) -> Option<PathBuf> {
     let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    if memo.is_none() {
-        *memo = PathMemo::new();
+    if let Memo::Untried = *memo {
+        *memo = PathMemo::new().map_or(Memo::Unavailable, Memo::Kept);
     }
-    let Some(kept) = memo.as_mut() else {
+    let Memo::Kept(kept) = &mut *memo else {
         return search(path, name);
     };
     if !kept.forget_changed() {
-        *memo = None;
+        *memo = Memo::Untried;
         return search(path, name);
     }
     if let Some(found) = kept.found.get(path).and_then(|names| names.get(name)) {
@@ -87,6 +97,9 @@ struct PathMemo {
     len: usize,
     /// The `PATH`s whose directories are watched.
     watched: Vec<OsString>,
+    /// The `PATH`s a directory of which could not be watched (the watch limit, say): their
+    /// lookups search every time.
+    unwatchable: Vec<OsString>,
 }
 
 impl PathMemo {
@@ -106,6 +119,7 @@ impl PathMemo {
             found: HashMap::new(),
             len: 0,
             watched: Vec::new(),
+            unwatchable: Vec::new(),
         })
     }
 
@@ -145,6 +159,9 @@ impl PathMemo {
         if self.watched.iter().any(|p| p == path) {
             return true;
         }
+        if self.unwatchable.iter().any(|p| p == path) {
+            return false;
+        }
         for entry in path.as_bytes().split(|b| *b == b':') {
             let dir = Path::new(OsStr::from_bytes(entry));
             if !dir.is_absolute() {
@@ -153,6 +170,12 @@ impl PathMemo {
             }
             let parent = dir.parent().unwrap_or(dir);
             if !self.watch_nearest(dir) || !self.watch_nearest(parent) {
+                debug!(
+                    "cannot watch {} ({}): programs on that PATH are looked up at every start",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                );
+                self.unwatchable.push(path.to_owned());
                 return false;
             }
         }
