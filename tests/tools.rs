@@ -263,9 +263,16 @@ async fn background_processes(p: Arc<dyn SandboxProvider>) {
         )
         .await;
     assert_eq!(left["exit_code"], 0);
-    // (The pattern `[s]leep 31\.N` does not match the `grep` itself; exit 0: it is running.)
+    // (The pattern `[s]leep 31\.N` does not match the `grep` itself.) The call returns once
+    // the command is started in the background, maybe before its `exec` of `sleep` (CI saw
+    // that once on a loaded machine), so wait for it, up to 5 s.
     let pattern = format!("[s]{}", left_behind[1..].replace('.', "\\."));
-    b.sh(&format!("ps -eo args | grep -- '{pattern}'")).await;
+    let running = b
+        .sh(&format!(
+            "for i in $(seq 100); do ps -eo args | grep -q -- '{pattern}' && {{ echo running; exit 0; }}; sleep 0.05; done; echo absent"
+        ))
+        .await;
+    assert_eq!(running.trim(), "running", "{left_behind} did not start");
     let sandbox = Arc::clone(b.sandbox.get().await.unwrap());
     hermes_env::tools::cleanup_processes(sandbox.as_ref())
         .await
