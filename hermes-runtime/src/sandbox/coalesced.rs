@@ -143,25 +143,28 @@ mod tests {
         questions: Vec<u64>,
     }
 
-    #[test]
-    fn callers_arriving_during_a_reading_share_the_next_one_which_began_after_each_asked() {
-        static COALESCED: Coalesced<u64, Reading> = Coalesced::gathering_for(Duration::ZERO);
+    /// `callers` threads each call `before(i)`, then ask `coalesced` (a reading takes
+    /// `reading_takes`); checks that each got a reading begun after it asked, with its question.
+    /// Returns how many readings were taken.
+    fn ask(
+        coalesced: &'static Coalesced<u64, Reading>,
+        callers: u64,
+        before: impl Fn(u64) + Sync,
+        reading_takes: Duration,
+    ) -> u64 {
         let clock = AtomicU64::new(0);
         let readings = AtomicU64::new(0);
-        let callers = 8;
-        let start = Barrier::new(callers);
         let results: Vec<(u64, Arc<Reading>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..callers as u64)
+            let handles: Vec<_> = (0..callers)
                 .map(|i| {
-                    let (clock, readings, start) = (&clock, &readings, &start);
+                    let (clock, readings, before) = (&clock, &readings, &before);
                     s.spawn(move || {
-                        start.wait();
+                        before(i);
                         let asked_at = clock.fetch_add(1, SeqCst);
-                        let reading = COALESCED.get(i, |questions| {
+                        let reading = coalesced.get(i, |questions| {
                             readings.fetch_add(1, SeqCst);
                             let began_at = clock.fetch_add(1, SeqCst);
-                            // Long enough for the others to arrive while it runs.
-                            std::thread::sleep(Duration::from_millis(50));
+                            std::thread::sleep(reading_takes);
                             Reading {
                                 began_at,
                                 questions: questions.to_vec(),
@@ -180,7 +183,20 @@ mod tests {
                 "caller {i}: {reading:?}"
             );
         }
-        let taken = readings.load(SeqCst);
+        readings.load(SeqCst)
+    }
+
+    #[test]
+    fn callers_arriving_during_a_reading_share_the_next_one_which_began_after_each_asked() {
+        static COALESCED: Coalesced<u64, Reading> = Coalesced::gathering_for(Duration::ZERO);
+        let start = Barrier::new(8);
+        // Each reading long enough for the others to arrive while it runs.
+        let taken = ask(
+            &COALESCED,
+            8,
+            |_| drop(start.wait()),
+            Duration::from_millis(50),
+        );
         assert!(
             (1..=3).contains(&taken),
             "8 callers arriving together took {taken} readings"
@@ -191,38 +207,10 @@ mod tests {
     fn callers_arriving_while_one_gathers_share_its_reading_which_began_after_each_asked() {
         static COALESCED: Coalesced<u64, Reading> =
             Coalesced::gathering_for(Duration::from_millis(300));
-        let clock = AtomicU64::new(0);
-        let readings = AtomicU64::new(0);
-        let results: Vec<(u64, Arc<Reading>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..4u64)
-                .map(|i| {
-                    let (clock, readings) = (&clock, &readings);
-                    s.spawn(move || {
-                        // Spread over 90 ms, each reading instant.
-                        std::thread::sleep(Duration::from_millis(30 * i));
-                        let asked_at = clock.fetch_add(1, SeqCst);
-                        let reading = COALESCED.get(i, |questions| {
-                            readings.fetch_add(1, SeqCst);
-                            Reading {
-                                began_at: clock.fetch_add(1, SeqCst),
-                                questions: questions.to_vec(),
-                            }
-                        });
-                        (asked_at, reading)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (i, (asked_at, reading)) in results.iter().enumerate() {
-            assert!(reading.began_at > *asked_at, "caller {i}: {reading:?}");
-            assert!(reading.questions.contains(&(i as u64)), "caller {i}");
-        }
-        assert_eq!(
-            readings.load(SeqCst),
-            1,
-            "4 callers within the gathering time"
-        );
+        // Spread over 90 ms, each reading instant.
+        let spread = |i: u64| std::thread::sleep(Duration::from_millis(30 * i));
+        let taken = ask(&COALESCED, 4, spread, Duration::ZERO);
+        assert_eq!(taken, 1, "4 callers within the gathering time");
     }
 
     #[test]
