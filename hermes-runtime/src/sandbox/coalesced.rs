@@ -194,7 +194,9 @@ mod tests {
         let taken = ask(
             &COALESCED,
             8,
-            |_| drop(start.wait()),
+            |_| {
+                start.wait();
+            },
             Duration::from_millis(50),
         );
         assert!(
