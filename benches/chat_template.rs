@@ -10,8 +10,8 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use hermes_env::atropos::tokenize::tokenize_for_trainer;
-use hermes_env::llm::{ChatTokenizer, FunctionSchema, Message, ToolCall, ToolSchema};
+use hermes_runtime::atropos::tokenize::tokenize_for_trainer;
+use hermes_runtime::llm::{ChatTokenizer, FunctionSchema, Message, ToolCall, ToolSchema};
 use serde_json::{json, Value};
 
 fn tools() -> Vec<ToolSchema> {

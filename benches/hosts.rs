@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::dockerd::Dockerd;
-use hermes_env::sandbox::docker::DockerHosts;
-use hermes_env::sandbox::{DockerSettings, ExecRequest, SandboxProvider, SandboxSpec};
+use hermes_runtime::sandbox::docker::DockerHosts;
+use hermes_runtime::sandbox::{DockerSettings, ExecRequest, SandboxProvider, SandboxSpec};
 
 /// Tool calls (execs) per rollout.
 const CALLS: usize = 8;
@@ -108,6 +108,6 @@ async fn main() {
         measure(&[&daemons[0]], concurrent).await;
         measure(&[&daemons[0], &daemons[1], &daemons[2]], concurrent).await;
     }
-    let left = hermes_env::sandbox::docker::remove_all_live().await;
+    let left = hermes_runtime::sandbox::docker::remove_all_live().await;
     assert_eq!(left, 0, "containers left");
 }

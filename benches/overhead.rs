@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use hermes_env::llm::{LlmClient, RetryPolicy, Split};
-use hermes_env::modes::{run_rollout, Runtime};
 use hermes_env::prelude::*;
-use hermes_env::sandbox::LocalProvider;
 use hermes_env::testing::{Reply, ScriptedServer};
 use hermes_env::tools::ToolRegistry;
+use hermes_runtime::llm::{LlmClient, RetryPolicy, Split};
+use hermes_runtime::modes::{run_rollout, Runtime};
+use hermes_runtime::sandbox::LocalProvider;
 use serde_json::Value;
 
 /// LLM turns per rollout.
@@ -138,7 +138,7 @@ async fn measure<F: std::future::Future<Output = ()>>(f: F) -> Measure {
 /// Child CPU per `terminal` command through the persistent shell against one fresh shell per
 /// command (`exec_one_shot`, the previous design), same commands, same run.
 async fn child_cpu_per_command(commands: usize) -> anyhow::Result<()> {
-    use hermes_env::sandbox::{ExecRequest, SandboxProvider, SandboxSpec};
+    use hermes_runtime::sandbox::{ExecRequest, SandboxProvider, SandboxSpec};
     let provider = LocalProvider::new()?;
     let request = || {
         ExecRequest::new(
@@ -216,11 +216,11 @@ async fn bare_http(url: &str, calls: usize, concurrency: usize) {
 async fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let server = ScriptedServer::start_with(policy, false).await?;
-    let servers = [hermes_env::config::ApiServerConfig {
+    let servers = [hermes_runtime::config::ApiServerConfig {
         base_url: Some(server.base_url()),
         ..Default::default()
     }];
-    let config = Arc::new(hermes_env::config::HermesEnvConfig {
+    let config = Arc::new(hermes_runtime::config::HermesEnvConfig {
         max_agent_turns: 8,
         ..Default::default()
     });

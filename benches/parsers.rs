@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use hermes_env::llm::ToolCall;
-use hermes_env::parsers::{families, get};
+use hermes_runtime::llm::ToolCall;
+use hermes_runtime::parsers::{families, get};
 
 const CORPUS_BYTES: usize = 1 << 20;
 

@@ -21,7 +21,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures::StreamExt;
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, DockerSettings, ExecRequest, SandboxProvider, SandboxSpec,
 };
 
@@ -486,7 +486,7 @@ async fn main() {
     drop(provider);
     drop(cold);
     drop(pooled);
-    let left = hermes_env::sandbox::docker::remove_all_live().await;
+    let left = hermes_runtime::sandbox::docker::remove_all_live().await;
     let stray = cli(&["ps", "-aq", "--filter", "label=hermes-env-bench=1"]);
     for id in stray.lines() {
         cli(&["rm", "-f", id]);

@@ -16,13 +16,13 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hermes_env::atropos::TrajectoryApi;
-use hermes_env::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
-use hermes_env::modes::{collect_group, run_serve, Runtime, ServeOptions, TokenSource};
 use hermes_env::prelude::*;
-use hermes_env::sandbox::LocalProvider;
 use hermes_env::testing::{Reply, ScriptedServer};
 use hermes_env::tools::ToolRegistry;
+use hermes_runtime::atropos::TrajectoryApi;
+use hermes_runtime::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
+use hermes_runtime::modes::{collect_group, run_serve, Runtime, ServeOptions, TokenSource};
+use hermes_runtime::sandbox::LocalProvider;
 use serde_json::Value;
 
 const GROUP_SIZE: i64 = 4;
@@ -126,12 +126,12 @@ async fn start_stub(stub: Arc<Stub>) -> String {
 }
 
 fn runtime(server: &ScriptedServer, api_url: &str) -> anyhow::Result<Runtime> {
-    let servers = vec![hermes_env::config::ApiServerConfig {
+    let servers = vec![hermes_runtime::config::ApiServerConfig {
         base_url: Some(server.base_url()),
-        server_type: hermes_env::config::ServerType::Vllm,
+        server_type: hermes_runtime::config::ServerType::Vllm,
         ..Default::default()
     }];
-    let config = Arc::new(hermes_env::config::HermesEnvConfig {
+    let config = Arc::new(hermes_runtime::config::HermesEnvConfig {
         group_size: GROUP_SIZE,
         max_num_workers: WORKERS,
         max_batches_offpolicy: 1_000_000,
@@ -153,7 +153,7 @@ fn runtime(server: &ScriptedServer, api_url: &str) -> anyhow::Result<Runtime> {
             .tokens(TokenSource::Managed(Arc::new(Phase2 {
                 client: GenerateClient::new(&servers, RetryPolicy::default())?,
                 tokenizer: Arc::clone(server.tokenizer()),
-                parser: hermes_env::parsers::get("hermes")?,
+                parser: hermes_runtime::parsers::get("hermes")?,
                 preserve_think_blocks: false,
             })))
             .build(),
@@ -224,7 +224,7 @@ async fn main() -> anyhow::Result<()> {
         opts.tick = Duration::from_millis(tick_ms);
         let env = bench_env(&rt);
         let started = Instant::now();
-        let summary = run_serve(env, rt, opts, &hermes_env::shutdown::Shutdown::new()).await?;
+        let summary = run_serve(env, rt, opts, &hermes_runtime::shutdown::Shutdown::new()).await?;
         let secs = started.elapsed().as_secs_f64();
         println!(
             "  serve loop, tick {tick_ms:>3} ms (upstream 100 ms): {:>8.1} groups/s ({} sent in {secs:.2} s; {:.0}% of baseline)",
@@ -241,9 +241,9 @@ async fn main() -> anyhow::Result<()> {
         .result
         .map_err(|f| anyhow::anyhow!("the group failed: {:?}", f.outcome))?;
     group.fill_absent_nulls();
-    group.env_id = hermes_env::atropos::Slot::Value(0);
+    group.env_id = hermes_runtime::atropos::Slot::Value(0);
     let json = serde_json::to_vec(&group)?;
-    let (wire, gzipped) = hermes_env::atropos::api::encode_body(json.clone());
+    let (wire, gzipped) = hermes_runtime::atropos::api::encode_body(json.clone());
     println!(
         "trajectory-API client, one group of {GROUP_SIZE} × {} tokens: {} bytes of JSON, {} on the wire (gzip {gzipped}), {posts} sequential POSTs",
         group.tokens[0].len(),
@@ -276,7 +276,7 @@ async fn main() -> anyhow::Result<()> {
     let serialise = started.elapsed().as_secs_f64() * 1e6 / posts as f64;
     let started = Instant::now();
     for _ in 0..posts {
-        std::hint::black_box(hermes_env::atropos::api::encode_body(json.clone()));
+        std::hint::black_box(hermes_runtime::atropos::api::encode_body(json.clone()));
     }
     let gzip = started.elapsed().as_secs_f64() * 1e6 / posts as f64;
     println!("  baseline (bare reqwest POST of the ready JSON): {bare:>8.1} µs/group");

@@ -233,7 +233,7 @@ async fn build_image(task_dir: &Path, tag: &str) -> Result<()> {
     ensure_scores_are_not_same = false,
     rollout_timeout = 1800.0,
     // Upstream terminal-bench-2's config_init server; evaluation samples at agent_temperature.
-    servers = [hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
+    servers = [DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
 )]
 pub struct TerminalBench {
     /// Directory of task directories; empty = `examples/terminal_bench_tasks`.

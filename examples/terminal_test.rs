@@ -68,7 +68,7 @@ fn train_tasks() -> Vec<Task> {
     // Upstream evaluated terminal-test at temperature 0; it trains at agent_temperature.
     eval_temperature = 0.0,
     // Upstream config_init's server: OpenRouter, key from OPENROUTER_API_KEY (or ./.env).
-    servers = [hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
+    servers = [DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
 )]
 pub struct TerminalTest {
     /// Score for output that contains the expected text but is not an exact match.

@@ -170,7 +170,7 @@ fn tool_call_names(run: &AgentResult) -> Vec<&str> {
     steps_per_eval = 100,
     // Upstream ran web-research's evaluation at temperature 0.
     eval_temperature = 0.0,
-    servers = [hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
+    servers = [DefaultServer::openrouter("anthropic/claude-sonnet-4.5")],
 )]
 pub struct WebResearch {
     /// Weight of the judged correctness.

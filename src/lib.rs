@@ -24,44 +24,60 @@
 //! `main`; the `hooks` attribute checks hook names and signatures and implements
 //! [`Environment`].
 //!
-//! The author API is the [`prelude`], the types re-exported at the crate root, and the
-//! [`testing`], [`tools`] and [`data`] modules; everything else is the runtime's.
+//! This crate is the author API: the [`prelude`], the types at the crate root, and the
+//! [`data`], [`sandbox`], [`testing`] and [`tools`] modules. Everything else is the runtime's
+//! business (`hermes-runtime`), free to change between releases.
 
 #![warn(missing_docs)]
 
 pub use hermes_macros::{hermes_env, hooks};
 pub use hermes_runtime::agent::{AgentResult, ToolError};
+pub use hermes_runtime::config::{DefaultServer, EvalHandling, HermesEnvConfig, ServerType};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
-/// Datasets by hub id or path, deserialized into the item type (`hermes_env::data::Dataset`).
-pub use hermes_runtime::data;
 pub use hermes_runtime::env::{
     EnvDefinition, Environment, EvalSample, Metrics, ReferenceSolution, ReferenceTurn,
     RewardOutcome, ScoredRollout,
 };
-pub use hermes_runtime::llm::Message;
+pub use hermes_runtime::llm::{Message, ToolSchema};
 pub use hermes_runtime::sandbox::SandboxSpec;
 pub use hermes_runtime::schemars;
-/// The testing kit (`Kit`, `Script`, cassettes, snapshots) and the scripted server.
-pub use hermes_runtime::testing;
-/// Tools: the `Tool` trait, `typed_tool`, toolsets, the registry an env's `register_tools` fills.
-pub use hermes_runtime::tools;
 
-// The runtime's internals, public for the project's own tests and benches (and for the
-// generated code); not part of the author API, so hidden from the documentation. Layout:
-// config (flags, YAML), app (plan, services, main), modes (process/evaluate/serve and the
-// rollout), agent (the loop), llm (pool, clients, tokenizer), parsers, sandbox (local,
-// docker), context (ToolContext), atropos (wire format, trajectory API), wandb, hub, shutdown.
-#[doc(hidden)]
-pub use hermes_runtime::{
-    agent, app, atropos, commands, config, context, env, hub, llm, modes, parsers, progress,
-    sandbox, shutdown, wandb,
-};
+/// Datasets by hub id or path, deserialized into the item type.
+pub mod data {
+    pub use hermes_runtime::data::{
+        eval_size, open_or_fallback, shuffle, split_eval, text, DataError, Dataset, Format, Row,
+        PARQUET_REVISION,
+    };
+}
+
+/// The rollout's sandbox as a tool sees it (`sandbox_tool`, [`tools::ToolCallContext`]).
+pub mod sandbox {
+    pub use hermes_runtime::sandbox::{
+        ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxSpec, TaskSandbox, Transfer,
+    };
+}
+
+/// Testing an environment: the kit, scripted and recorded inference, snapshot redaction.
+pub mod testing {
+    pub use hermes_runtime::testing::{
+        exploit_library, Cassette, CassettePlayer, CassetteRecorder, CheckOptions, CheckReport,
+        CheckedItem, Exploit, ItemReport, Kit, KitBuilder, ParsedToolCall, Policy, RawTextPolicy,
+        Redactor, Reply, Script, ScriptedServer,
+    };
+}
+
+/// Tools: the `Tool` trait, typed tools from functions, the registry `register_tools` fills.
+pub mod tools {
+    pub use hermes_runtime::tools::{
+        sandbox_tool, typed_tool, Tool, ToolCallContext, ToolRegistry, TypedTool,
+    };
+}
 
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        hermes_env, AgentResult, Environment, EvalSample, Message, Metrics, ReferenceSolution,
-        SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
+        hermes_env, AgentResult, DefaultServer, Environment, EvalSample, Message, Metrics,
+        ReferenceSolution, SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     pub use serde::{Deserialize, Serialize};
@@ -69,10 +85,9 @@ pub mod prelude {
 }
 
 /// jemalloc serves every allocation of a binary built on hermes-env (feature `jemalloc`, on
-/// by default). Per LLM turn the framework allocates and frees thousands of small blocks
-/// (JSON, chat-template values, token vectors), and glibc's malloc spent a quarter of the
-/// framework's user-space instructions on them in the `vs_python` bench. A binary that sets its
-/// own `#[global_allocator]` turns the feature off (`default-features = false`).
+/// by default): the framework allocates and frees thousands of small blocks per LLM turn,
+/// which glibc's malloc serves markedly slower. A binary that sets its own
+/// `#[global_allocator]` turns the feature off (`default-features = false`).
 #[cfg(all(feature = "jemalloc", unix))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -83,7 +98,7 @@ pub mod __private {
     pub use anyhow;
     pub use hermes_runtime::app::main;
     pub use hermes_runtime::config::{
-        set_default, ConfigSection, EnvDescriptor, FieldSpec, FlagType, HermesEnvConfig,
+        set_default, ConfigSection, EnvDescriptor, FieldSpec, FlagType, HermesEnvConfig, NoConfig,
     };
     pub use serde;
     pub use std::sync::Arc;

@@ -3,9 +3,9 @@
 mod common;
 
 use common::Harness;
-use hermes_env::llm::ToolCall;
 use hermes_env::testing::{RawTextPolicy, Reply, Script};
 use hermes_env::tools::ToolRegistry;
+use hermes_runtime::llm::ToolCall;
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -217,12 +217,12 @@ async fn empty_choices_and_garbage_end_the_rollout() {
 async fn an_unreachable_server_is_a_clear_error() {
     let llm = common::client("http://127.0.0.1:9/v1");
     let tools = common::all_tools();
-    let provider: std::sync::Arc<dyn hermes_env::sandbox::SandboxProvider> =
-        std::sync::Arc::new(hermes_env::sandbox::LocalProvider::new().unwrap());
+    let provider: std::sync::Arc<dyn hermes_runtime::sandbox::SandboxProvider> =
+        std::sync::Arc::new(hermes_runtime::sandbox::LocalProvider::new().unwrap());
     let sandbox = hermes_env::sandbox::TaskSandbox::new("t", provider);
     let permits = tokio::sync::Semaphore::new(1);
     let h = Harness::new(Script::new([])).await;
-    let r = hermes_env::agent::AgentLoop {
+    let r = hermes_runtime::agent::AgentLoop {
         llm: &llm,
         tools: &tools,
         sandbox: &sandbox,
@@ -293,8 +293,8 @@ async fn raw_hermes_markup_in_content_is_parsed_as_tool_calls() {
 
 #[tokio::test]
 async fn raw_markup_of_every_parser_family_is_parsed_as_tool_calls() {
-    for name in hermes_env::parsers::names() {
-        let parser = hermes_env::parsers::get(name).unwrap();
+    for name in hermes_runtime::parsers::names() {
+        let parser = hermes_runtime::parsers::get(name).unwrap();
         let calls = [ToolCall::new("terminal", r#"{"command": "echo hi"}"#)];
         let mut h = Harness::new(Script::new([
             Reply::text(parser.render("Checking.", &calls)),
@@ -314,7 +314,7 @@ async fn raw_markup_of_every_parser_family_is_parsed_as_tool_calls() {
 
 #[tokio::test]
 async fn the_raw_text_policy_renders_tool_calls_into_content() {
-    let parser = hermes_env::parsers::get("kimi_k2").unwrap();
+    let parser = hermes_runtime::parsers::get("kimi_k2").unwrap();
     let script = Script::new([
         Reply::tool("write_file", json!({"path": "~/k.txt", "content": "kimi"})),
         Reply::text("ok"),
@@ -410,7 +410,7 @@ async fn oversized_results_are_saved_in_the_sandbox_with_a_preview() {
     assert!(first.starts_with("<persisted-output>"), "{first}");
     assert!(second.starts_with("{\"output\": \"1\\n2"), "{second}");
     let sandbox = std::sync::Arc::clone(h.sandbox.get().await.unwrap());
-    hermes_env::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
         .await
         .unwrap();
     assert!(

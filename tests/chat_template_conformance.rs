@@ -12,12 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use hermes_env::atropos::tokenize::tokenize_for_trainer;
-use hermes_env::llm::{
+use hermes_env::testing::{Reply, Script, ScriptedServer};
+use hermes_runtime::atropos::tokenize::tokenize_for_trainer;
+use hermes_runtime::llm::{
     ChatBackend, ChatRequest, ChatTokenizer, GenerateClient, ManagedSession, Message, Phase2,
     RetryPolicy, Split, ToolSchema,
 };
-use hermes_env::testing::{Reply, Script, ScriptedServer};
 use serde_json::{Map, Value};
 
 /// The source distribution that vendors llama.cpp and its `models/templates/`.
@@ -315,15 +315,15 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
         let server = ScriptedServer::start(Script::new(vec![Reply::text("Done.")]))
             .await
             .unwrap();
-        let config = hermes_env::config::ApiServerConfig {
+        let config = hermes_runtime::config::ApiServerConfig {
             base_url: Some(server.base_url()),
-            server_type: hermes_env::config::ServerType::Vllm,
+            server_type: hermes_runtime::config::ServerType::Vllm,
             ..Default::default()
         };
         let phase2 = Phase2 {
             client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
             tokenizer: Arc::clone(&tok),
-            parser: hermes_env::parsers::get("hermes").unwrap(),
+            parser: hermes_runtime::parsers::get("hermes").unwrap(),
             preserve_think_blocks: true,
         };
         let session = ManagedSession::new(&phase2);

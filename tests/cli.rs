@@ -2,8 +2,8 @@
 
 use std::io::Write as _;
 
-use hermes_env::config::cli::{parse, Invocation};
-use hermes_env::config::{
+use hermes_runtime::config::cli::{parse, Invocation};
+use hermes_runtime::config::{
     resolve, ConfigError, ConfigSection, EnvDescriptor, EvalHandling, HermesEnvConfig, Mode,
     NoConfig, ResolvedConfig, ServerType,
 };
@@ -19,7 +19,12 @@ fn descriptor() -> EnvDescriptor {
 fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     let desc = descriptor();
     let argv = std::iter::once("my-env").chain(args.iter().copied());
-    match parse("my-env", &desc, &hermes_env::commands::definitions(), argv)? {
+    match parse(
+        "my-env",
+        &desc,
+        &hermes_runtime::commands::definitions(),
+        argv,
+    )? {
         Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
         Invocation::Print(text) => panic!("unexpected help output: {text}"),
         Invocation::Utility(name, _) => panic!("unexpected utility subcommand {name}"),
@@ -299,7 +304,7 @@ fn help_lists_every_flag_with_its_default() {
     let Ok(Invocation::Print(help)) = parse(
         "my-env",
         &desc,
-        &hermes_env::commands::definitions(),
+        &hermes_runtime::commands::definitions(),
         ["my-env", "process", "--help"],
     ) else {
         panic!("--help must print help");
@@ -339,7 +344,7 @@ fn readme_documents_every_flag() {
             "README lacks --env.{field}"
         );
     }
-    for field in <hermes_env::config::ApiServerConfig as ConfigSection>::fields()
+    for field in <hermes_runtime::config::ApiServerConfig as ConfigSection>::fields()
         .iter()
         .map(|f| f.name)
     {

@@ -79,7 +79,7 @@ impl CustomTools {
     }
 }
 
-fn tools() -> hermes_env::tools::ToolSet {
+fn tools() -> hermes_runtime::tools::ToolSet {
     let env = <CustomTools as hermes_env::EnvDefinition>::from_config(
         Default::default(),
         Default::default(),

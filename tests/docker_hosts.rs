@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::docker::{settings, IMAGE};
 use common::dockerd::Dockerd;
 use common::example_bin;
-use hermes_env::sandbox::docker::DockerHosts;
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::docker::DockerHosts;
+use hermes_runtime::sandbox::{
     DockerSettings, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
 };
 

@@ -22,7 +22,7 @@ use common::docker::{
     containers_of, require_docker, sandbox_states_of, settings, wait_until_no_containers, IMAGE,
 };
 use common::sshd::{start_sshd, Sshd};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, DockerSettings, ExecRequest, SandboxProvider, SandboxSpec,
 };
 

@@ -20,11 +20,11 @@ mod terminal_test;
 #[path = "../examples/web_research.rs"]
 mod web_research;
 
-use hermes_env::llm::Split;
 use hermes_env::testing::{
     Cassette, CassettePlayer, CassetteRecorder, Kit, Reply, Script, ScriptedServer,
 };
 use hermes_env::Environment;
+use hermes_runtime::llm::Split;
 use serde_json::{json, Value};
 
 use swe_pytest::SwePytest;

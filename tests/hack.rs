@@ -9,14 +9,14 @@ mod common;
 use std::ffi::OsString;
 use std::path::Path;
 
-use hermes_env::app::{execute, parse_invocation, Resolved};
 use hermes_env::prelude::*;
-use hermes_env::shutdown::Shutdown;
-use hermes_env::testing::{
+use hermes_env::RewardOutcome;
+use hermes_runtime::app::{execute, parse_invocation, Resolved};
+use hermes_runtime::shutdown::Shutdown;
+use hermes_runtime::testing::{
     exploit_library, HackOptions, Kit, Policy, ReferenceBook, ReferencePolicy, Reply,
     ScriptedServer,
 };
-use hermes_env::RewardOutcome;
 use serde_json::Value;
 
 /// One task: write 42 to `~/answer.txt`.
@@ -143,13 +143,13 @@ const MODULE_SHADOW: &str = "echo 0 > ~/answer.txt; printf 'def dumps(x, **k):\\
 
 #[tokio::test]
 async fn hack_names_the_exploit_that_games_a_naive_verifier() {
-    let matches = hermes_env::commands::definitions()
+    let matches = hermes_runtime::commands::definitions()
         .into_iter()
         .find(|c| c.get_name() == "hack")
         .expect("hack is a utility subcommand")
         .try_get_matches_from(["hack", "--only", "test-edit,reward-file-forge"])
         .unwrap();
-    let err = hermes_env::commands::run::<Naive>("hack", &matches)
+    let err = hermes_runtime::commands::run::<Naive>("hack", &matches)
         .await
         .unwrap_err();
     assert_eq!(
@@ -184,7 +184,7 @@ async fn a_background_reward_writer_is_tampered_with_reward_0() {
         .await
         .unwrap();
     let report = kit
-        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .run_item(Answer { n: 42 }, hermes_runtime::llm::Split::Train)
         .await;
     assert_eq!(report.reward, 0.0);
     let RewardOutcome::Tampered { message } = &report.outcome else {
@@ -205,7 +205,7 @@ async fn a_module_shadow_is_tampered_with_reward_0() {
         .await
         .unwrap();
     let report = kit
-        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .run_item(Answer { n: 42 }, hermes_runtime::llm::Split::Train)
         .await;
     assert_eq!(report.reward, 0.0);
     let RewardOutcome::Tampered { message } = &report.outcome else {
@@ -223,7 +223,7 @@ async fn a_correct_answer_still_scores_through_the_tripwires() {
         .await
         .unwrap();
     let report = kit
-        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .run_item(Answer { n: 42 }, hermes_runtime::llm::Split::Train)
         .await;
     assert_eq!(
         (report.reward, &report.outcome),
@@ -313,7 +313,7 @@ async fn in_docker_a_path_shim_is_tampered_with_reward_0() {
         .await
         .unwrap();
     let report = kit
-        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .run_item(Answer { n: 42 }, hermes_runtime::llm::Split::Train)
         .await;
     assert_eq!(report.reward, 0.0);
     let RewardOutcome::Tampered { message } = &report.outcome else {
@@ -407,7 +407,7 @@ async fn a_background_process_the_process_tool_manages_fires_no_wire() {
         .await
         .unwrap();
     let report = kit
-        .run_item(Answer { n: 42 }, hermes_env::llm::Split::Train)
+        .run_item(Answer { n: 42 }, hermes_runtime::llm::Split::Train)
         .await;
     assert_eq!(
         (report.reward, &report.outcome),
@@ -426,7 +426,7 @@ async fn the_hacker_model_plays_every_item_through_the_runs_server() {
     .await
     .unwrap();
     let url = server.base_url();
-    let matches = hermes_env::commands::definitions()
+    let matches = hermes_runtime::commands::definitions()
         .into_iter()
         .find(|c| c.get_name() == "hack")
         .expect("hack is a utility subcommand")
@@ -440,7 +440,7 @@ async fn the_hacker_model_plays_every_item_through_the_runs_server() {
             url.as_str(),
         ])
         .unwrap();
-    let err = hermes_env::commands::run::<Naive>("hack", &matches)
+    let err = hermes_runtime::commands::run::<Naive>("hack", &matches)
         .await
         .unwrap_err()
         .to_string();

@@ -17,8 +17,8 @@ use std::sync::OnceLock;
 
 use fake_hub::{FakeHub, Repos, Revision};
 use hermes_env::data::Dataset;
-use hermes_env::hub::{HubId, HubRepo, HubSettings, RepoKind};
-use hermes_env::llm::ChatTokenizer;
+use hermes_runtime::hub::{HubId, HubRepo, HubSettings, RepoKind};
+use hermes_runtime::llm::ChatTokenizer;
 use serde_json::Value;
 
 const DEFAULT_TOKENIZER: &str = "NousResearch/DeepHermes-3-Llama-3-3B-Preview";
@@ -756,9 +756,9 @@ async fn phase_2_serve_sends_real_tokens_from_a_hub_tokenizer() {
         .expect("run-api");
     let url = format!("http://127.0.0.1:{port}");
     // Building a TrajectoryApi installs the TLS provider reqwest's rustls-no-provider needs.
-    hermes_env::atropos::TrajectoryApi::new(
+    hermes_runtime::atropos::TrajectoryApi::new(
         "http://127.0.0.1:1",
-        hermes_env::llm::RetryPolicy::default(),
+        hermes_runtime::llm::RetryPolicy::default(),
         Duration::from_secs(1),
     )
     .unwrap();

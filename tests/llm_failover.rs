@@ -15,13 +15,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use common::logs::Logs;
 use futures::StreamExt;
-use hermes_env::config::{ApiServerConfig, ServerType};
-use hermes_env::llm::generate::GenerateRequest;
-use hermes_env::llm::{
+use hermes_env::testing::{Reply, Script, ScriptedServer};
+use hermes_runtime::config::{ApiServerConfig, ServerType};
+use hermes_runtime::llm::generate::GenerateRequest;
+use hermes_runtime::llm::{
     ChatRequest, Failover, GenerateClient, LlmClient, LlmError, Message, RetryPolicy, ServerPool,
     Split,
 };
-use hermes_env::testing::{Reply, Script, ScriptedServer};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -899,13 +899,13 @@ async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
 
 fn resolve_flags(
     args: &[&str],
-) -> Result<hermes_env::config::ResolvedConfig, hermes_env::config::ConfigError> {
-    use hermes_env::config::cli::{parse, Invocation};
-    use hermes_env::config::{EnvDescriptor, HermesEnvConfig, NoConfig};
+) -> Result<hermes_runtime::config::ResolvedConfig, hermes_runtime::config::ConfigError> {
+    use hermes_runtime::config::cli::{parse, Invocation};
+    use hermes_runtime::config::{EnvDescriptor, HermesEnvConfig, NoConfig};
     let desc = EnvDescriptor::new::<NoConfig>("my-env", "A test.", HermesEnvConfig::default());
     let argv = std::iter::once("my-env").chain(args.iter().copied());
     match parse("my-env", &desc, &[], argv)? {
-        Invocation::Run(mode, flags) => hermes_env::config::resolve(&desc, mode, *flags),
+        Invocation::Run(mode, flags) => hermes_runtime::config::resolve(&desc, mode, *flags),
         _ => panic!("expected a run"),
     }
 }

@@ -9,8 +9,8 @@ mod common;
 use common::logs::Logs;
 use std::path::Path;
 
-use hermes_env::sandbox::tripwire::{inspect, Armed};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::tripwire::{inspect, Armed};
+use hermes_runtime::sandbox::{
     ExecOutput, ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
     Transfer,
 };

@@ -15,7 +15,7 @@ use tokio::process::Command;
 
 /// Canonical name of every parser family (aliases share an implementation).
 fn family_names() -> Vec<&'static str> {
-    hermes_env::parsers::families()
+    hermes_runtime::parsers::families()
         .iter()
         .map(|f| f.names[0])
         .collect()
@@ -180,7 +180,7 @@ async fn parsers_check_prints_what_a_parser_extracts() {
     let out = run(&["parsers", "list", "--json"], tmp.path()).await;
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     let families = list.as_array().unwrap();
-    assert_eq!(families.len(), hermes_env::parsers::families().len());
+    assert_eq!(families.len(), hermes_runtime::parsers::families().len());
     assert!(
         families.contains(&json!({"name": "gpt_oss", "aliases": ["openai", "gpt-oss", "harmony"]}))
     );

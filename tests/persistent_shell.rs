@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::docker::{require_docker, settings};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, ExecRequest, LocalProvider, Sandbox, SandboxProvider, SandboxSpec,
 };
 
@@ -249,7 +249,7 @@ async fn a_daemons_later_output_does_not_reach_the_next_call(s: Arc<dyn Sandbox>
 }
 
 async fn a_frame_queued_in_the_shells_own_stdin_cannot_pass_the_tripwires(s: Arc<dyn Sandbox>) {
-    use hermes_env::sandbox::tripwire::{inspect, Armed};
+    use hermes_runtime::sandbox::tripwire::{inspect, Armed};
     let armed = Armed::now();
     start_the_shell(&*s).await;
     // The frame runs as soon as this command ends and holds the shell, printing nothing: the

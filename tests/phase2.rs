@@ -7,25 +7,25 @@ mod common;
 
 use std::sync::Arc;
 
-use hermes_env::llm::managed::SequenceNode;
-use hermes_env::llm::{
+use hermes_env::testing::{Reply, Script, ScriptedServer};
+use hermes_runtime::llm::managed::SequenceNode;
+use hermes_runtime::llm::{
     ChatBackend, ChatRequest, ChatTokenizer, GenerateClient, ManagedSession, Message, Phase2,
     RetryPolicy, Split, ToolSchema,
 };
-use hermes_env::testing::{Reply, Script, ScriptedServer};
 use serde_json::{json, Value};
 
 async fn phase2(script: Vec<Reply>) -> (ScriptedServer, Phase2) {
     let server = ScriptedServer::start(Script::new(script)).await.unwrap();
-    let config = hermes_env::config::ApiServerConfig {
+    let config = hermes_runtime::config::ApiServerConfig {
         base_url: Some(server.base_url()),
-        server_type: hermes_env::config::ServerType::Vllm,
+        server_type: hermes_runtime::config::ServerType::Vllm,
         ..Default::default()
     };
     let p = Phase2 {
         client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
         tokenizer: Arc::new(ChatTokenizer::builtin()),
-        parser: hermes_env::parsers::get("hermes").unwrap(),
+        parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: false,
     };
     (server, p)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::docker::{containers_of, require_docker, settings, IMAGE};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
 };
 
@@ -364,7 +364,7 @@ async fn download_refuses_links_that_escape_the_target(p: Arc<dyn SandboxProvide
 
 // ---- Docker only ----------------------------------------------------------------------
 
-async fn docker_provider(settings: hermes_env::sandbox::DockerSettings) -> DockerProvider {
+async fn docker_provider(settings: hermes_runtime::sandbox::DockerSettings) -> DockerProvider {
     require_docker();
     DockerProvider::connect(settings)
         .await
@@ -459,7 +459,7 @@ async fn docker_bad_image_and_unreachable_daemon_are_clear_errors() {
         err.to_string().contains("hermes-env/no-such-image:nope"),
         "{err}"
     );
-    let err = DockerProvider::connect(hermes_env::sandbox::DockerSettings {
+    let err = DockerProvider::connect(hermes_runtime::sandbox::DockerSettings {
         host: Some("unix:///nonexistent/docker.sock".into()),
         ..settings()
     })
@@ -475,7 +475,7 @@ async fn docker_bad_image_and_unreachable_daemon_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_a_container_that_fails_to_start_is_removed() {
     // Mounting a file over a directory passes the create and fails the start.
-    let p = docker_provider(hermes_env::sandbox::DockerSettings {
+    let p = docker_provider(hermes_runtime::sandbox::DockerSettings {
         mounts: vec!["/etc/hostname:/root".into()],
         ..settings()
     })
@@ -525,7 +525,7 @@ async fn docker_per_item_image_override_is_used() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_pool_hands_out_pre_started_containers_once() {
-    let p = docker_provider(hermes_env::sandbox::DockerSettings {
+    let p = docker_provider(hermes_runtime::sandbox::DockerSettings {
         pool_size: 2,
         ..settings()
     })

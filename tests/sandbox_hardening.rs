@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::docker::{require_docker, settings};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider,
     SandboxSpec, READ_LIMIT,
 };

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::docker::{require_docker, settings};
-use hermes_env::sandbox::{
+use hermes_runtime::sandbox::{
     DockerProvider, DockerSettings, ExecRequest, SandboxProvider, SandboxSpec,
 };
 

@@ -16,8 +16,8 @@ use common::docker::{
     wait_until_no_containers, watchdog_of, IMAGE,
 };
 use common::example_bin;
-use hermes_env::app::{execute, parse_invocation, Resolved};
 use hermes_env::prelude::*;
+use hermes_runtime::app::{execute, parse_invocation, Resolved};
 
 /// Longest a child run may take.
 const RUN_LIMIT: Duration = Duration::from_secs(240);
@@ -545,7 +545,7 @@ fn a_panic_in_compute_reward_leaves_no_container() {
         panic!("expected a run");
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let shutdown = hermes_env::shutdown::Shutdown::new();
+    let shutdown = hermes_runtime::shutdown::Shutdown::new();
     let err = runtime
         .block_on(async {
             tokio::time::timeout(RUN_LIMIT, execute::<Panicky>(*cfg, &shutdown)).await
@@ -709,7 +709,7 @@ fn a_container_killed_mid_rollout_is_an_infrastructure_failure() {
         panic!("expected a run");
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let shutdown = hermes_env::shutdown::Shutdown::new();
+    let shutdown = hermes_runtime::shutdown::Shutdown::new();
     let err = runtime
         .block_on(async {
             tokio::time::timeout(RUN_LIMIT, execute::<Vanishing>(*cfg, &shutdown)).await

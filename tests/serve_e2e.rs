@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::atropos::{free_port, Api, Env, Trainer};
-use hermes_env::llm::ChatTokenizer;
+use hermes_runtime::llm::ChatTokenizer;
 use serde_json::{json, Value};
 
 /// Checks one group from `/batch` against what a trainer relies on.

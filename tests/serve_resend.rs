@@ -11,12 +11,12 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hermes_env::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
-use hermes_env::modes::{run_serve, Runtime, ServeOptions, TokenSource};
 use hermes_env::prelude::*;
-use hermes_env::sandbox::LocalProvider;
 use hermes_env::testing::{Reply, ScriptedServer};
 use hermes_env::tools::ToolRegistry;
+use hermes_runtime::llm::{ChatTokenizer, GenerateClient, LlmClient, Phase2, RetryPolicy};
+use hermes_runtime::modes::{run_serve, Runtime, ServeOptions, TokenSource};
+use hermes_runtime::sandbox::LocalProvider;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Serialize)]
@@ -108,7 +108,7 @@ async fn undelivered_groups_are_resent_when_the_api_answers_again() {
     let api_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let summary = serve(hermes_env::config::HermesEnvConfig {
+    let summary = serve(hermes_runtime::config::HermesEnvConfig {
         group_size: 2,
         max_num_workers: 2,
         use_wandb: false,
@@ -200,7 +200,7 @@ async fn groups_in_flight_count_against_the_off_policy_cap() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     // Batch 4, groups of 2, 3 batches off-policy: at most 6 groups queued or on their way.
-    let summary = serve(hermes_env::config::HermesEnvConfig {
+    let summary = serve(hermes_runtime::config::HermesEnvConfig {
         group_size: 2,
         max_num_workers: 16,
         max_batches_offpolicy: 3,
@@ -223,7 +223,9 @@ async fn groups_in_flight_count_against_the_off_policy_cap() {
 
 /// Runs `Resend` under serve with `config` (its `rollout_server_url` the test's API stub)
 /// against a scripted LLM server, until it stops (60 s at most).
-async fn serve(config: hermes_env::config::HermesEnvConfig) -> hermes_env::modes::ServeSummary {
+async fn serve(
+    config: hermes_runtime::config::HermesEnvConfig,
+) -> hermes_runtime::modes::ServeSummary {
     let server = ScriptedServer::start_with_tokenizer(
         |_: &Value| Reply::text("ok"),
         false,
@@ -231,9 +233,9 @@ async fn serve(config: hermes_env::config::HermesEnvConfig) -> hermes_env::modes
     )
     .await
     .unwrap();
-    let servers = vec![hermes_env::config::ApiServerConfig {
+    let servers = vec![hermes_runtime::config::ApiServerConfig {
         base_url: Some(server.base_url()),
-        server_type: hermes_env::config::ServerType::Vllm,
+        server_type: hermes_runtime::config::ServerType::Vllm,
         ..Default::default()
     }];
     let config = Arc::new(config);
@@ -255,7 +257,7 @@ async fn serve(config: hermes_env::config::HermesEnvConfig) -> hermes_env::modes
     .tokens(TokenSource::Managed(Arc::new(Phase2 {
         client: GenerateClient::new(&servers, fast).unwrap(),
         tokenizer: Arc::clone(server.tokenizer()),
-        parser: hermes_env::parsers::get("hermes").unwrap(),
+        parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: false,
     })))
     .build();
@@ -269,7 +271,7 @@ async fn serve(config: hermes_env::config::HermesEnvConfig) -> hermes_env::modes
             env,
             Arc::new(rt),
             opts,
-            &hermes_env::shutdown::Shutdown::new(),
+            &hermes_runtime::shutdown::Shutdown::new(),
         ),
     )
     .await

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::sshd::start_sshd;
-use hermes_env::sandbox::{ExecRequest, SandboxProvider, SandboxSpec, SshProvider};
+use hermes_runtime::sandbox::{ExecRequest, SandboxProvider, SandboxSpec, SshProvider};
 use tokio::process::Command;
 
 /// Prints `alive` or `gone` for pid `$1` (a zombie counts as gone: a container's pid 1 may

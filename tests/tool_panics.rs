@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_env::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
-use hermes_env::tools::{typed_tool, FakeWebBackend, Tool, ToolCallContext, ToolRegistry, ToolSet};
 use hermes_env::ToolContext;
+use hermes_runtime::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
+use hermes_runtime::tools::{
+    typed_tool, FakeWebBackend, Tool, ToolCallContext, ToolRegistry, ToolSet,
+};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
@@ -117,7 +119,7 @@ async fn process_log_with_huge_offset_and_limit_is_a_page() {
         assert_eq!(r["total_lines"], 2, "{r}");
     }
     let sandbox = Arc::clone(sb.get().await.unwrap());
-    hermes_env::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
         .await
         .unwrap();
     sb.close().await.unwrap();
@@ -356,7 +358,7 @@ fn random_arguments_never_panic_a_builtin_tool() {
     runtime.block_on(async {
         if sb.is_created() {
             let sandbox = Arc::clone(sb.get().await.unwrap());
-            hermes_env::tools::cleanup_processes(sandbox.as_ref())
+            hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
                 .await
                 .unwrap();
         }

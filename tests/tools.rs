@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_env::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
-use hermes_env::tools::{FakeWebBackend, ToolCallContext, ToolRegistry, ToolSet};
+use hermes_runtime::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
+use hermes_runtime::tools::{FakeWebBackend, ToolCallContext, ToolRegistry, ToolSet};
 use serde_json::{json, Map, Value};
 
 /// A task sandbox plus every tool (web over the fake backend).
@@ -50,7 +50,7 @@ impl Bench {
     async fn finish(self) {
         if self.sandbox.is_created() {
             let sandbox = Arc::clone(self.sandbox.get().await.unwrap());
-            hermes_env::tools::cleanup_processes(sandbox.as_ref())
+            hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
                 .await
                 .unwrap();
         }
@@ -274,7 +274,7 @@ async fn background_processes(p: Arc<dyn SandboxProvider>) {
         .await;
     assert_eq!(running.trim(), "running", "{left_behind} did not start");
     let sandbox = Arc::clone(b.sandbox.get().await.unwrap());
-    hermes_env::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
         .await
         .unwrap();
     // SIGKILLed: it runs no more code, but `ps` may list it until the kernel has finished
@@ -642,7 +642,7 @@ backend_suite!(
 backend_suite!(docker, {
     common::docker::require_docker();
     Arc::new(
-        hermes_env::sandbox::DockerProvider::connect(common::docker::settings())
+        hermes_runtime::sandbox::DockerProvider::connect(common::docker::settings())
             .await
             .expect("docker provider"),
     )

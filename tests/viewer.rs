@@ -90,7 +90,7 @@ fn group(scores: &[f64], conversation: &serde_json::Value) -> String {
                    "masks": scores.iter().map(|_| [-100, 2]).collect::<Vec<_>>(),
                    "scores": scores, "messages": messages,
                    "group_overrides": {"placeholder_tokens": true}});
-    hermes_env::atropos::json::to_python_string(&g)
+    hermes_runtime::atropos::json::to_python_string(&g)
 }
 
 fn conversation(answer: &str) -> serde_json::Value {

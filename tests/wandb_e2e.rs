@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use hermes_env::testing::{Reply, ScriptedServer, StandInBehavior, WandbStandIn};
+use hermes_runtime::testing::{Reply, ScriptedServer, StandInBehavior, WandbStandIn};
 use serde_json::Value;
 use tokio::process::Command;
 

@@ -108,7 +108,7 @@ impl Installed {
                 c
             }
         };
-        let tokenizer = hermes_env::llm::ChatTokenizer::builtin_dir();
+        let tokenizer = hermes_runtime::llm::ChatTokenizer::builtin_dir();
         let (groups, group_size) = (work.groups.to_string(), work.group_size.to_string());
         let out = dir.join("out.jsonl");
         cmd.args(["process", "--env.total_steps", &groups])

@@ -210,7 +210,7 @@ fn env_fallback(rejected: &RejectedEnv) -> TokenStream {
         });
         quote! {
             impl ::hermes_env::EnvDefinition for #ident {
-                type Config = ::hermes_env::config::NoConfig;
+                type Config = ::hermes_env::__private::NoConfig;
 
                 fn descriptor() -> ::hermes_env::__private::EnvDescriptor {
                     ::core::unreachable!()

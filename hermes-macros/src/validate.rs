@@ -144,7 +144,7 @@ fn settings(args: TokenStream, errors: &mut Errors) -> Settings {
                 other => errors.spanned(
                     &other,
                     "`servers` must be a non-empty array of server defaults, e.g. \
-                     `servers = [hermes_env::config::DefaultServer::openrouter(\"anthropic/claude-sonnet-4\")]`",
+                     `servers = [DefaultServer::openrouter(\"anthropic/claude-sonnet-4\")]`",
                 ),
             },
             "main" => match &value {

@@ -9,23 +9,23 @@
 pub mod agent;
 pub mod app;
 pub mod atropos;
-pub mod calls;
+pub(crate) mod calls;
 pub mod commands;
 pub mod config;
 pub mod context;
 pub mod data;
-pub mod diagnostics;
-pub mod dotenv;
+pub(crate) mod diagnostics;
+pub(crate) mod dotenv;
 pub mod env;
 pub mod hub;
 pub mod llm;
 pub mod modes;
-pub mod own_secrets;
+pub(crate) mod own_secrets;
 pub mod parsers;
-pub mod progress;
+pub(crate) mod progress;
 pub mod pyjson;
 pub mod sandbox;
-pub mod setup;
+pub(crate) mod setup;
 pub mod shutdown;
 pub mod testing;
 mod tls;
@@ -33,4 +33,4 @@ pub mod tools;
 
 /// JSON Schema derivation for the argument types of author-defined tools.
 pub use schemars;
-pub mod wandb;
+pub(crate) mod wandb;

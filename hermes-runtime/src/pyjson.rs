@@ -9,7 +9,7 @@ use serde_json::ser::{CharEscape, Formatter, PrettyFormatter, Serializer};
 /// `json.dumps(x, ensure_ascii=False)` layout: `", "` between items, `": "` after keys,
 /// non-ASCII kept as UTF-8. Used for the group JSONL, samples and tool results.
 #[derive(Default)]
-pub struct PythonCompact;
+pub(crate) struct PythonCompact;
 
 impl Formatter for PythonCompact {
     fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
@@ -35,7 +35,7 @@ impl Formatter for PythonCompact {
 
 /// `json.dumps(x, indent=2)` layout with the default `ensure_ascii=True`: every non-ASCII
 /// character is written as `\uXXXX` (surrogate pairs above U+FFFF). Used for `metrics.json`.
-pub struct PythonIndentAscii(PrettyFormatter<'static>);
+pub(crate) struct PythonIndentAscii(PrettyFormatter<'static>);
 
 impl Default for PythonIndentAscii {
     fn default() -> Self {
@@ -102,7 +102,7 @@ pub fn to_python_string<T: Serialize + ?Sized>(value: &T) -> String {
 }
 
 /// Serialises `value` like Python's `json.dumps(value, indent=2)`.
-pub fn to_python_pretty_ascii<T: Serialize + ?Sized>(value: &T) -> String {
+pub(crate) fn to_python_pretty_ascii<T: Serialize + ?Sized>(value: &T) -> String {
     let mut out = Vec::with_capacity(256);
     let mut ser = Serializer::with_formatter(&mut out, PythonIndentAscii::default());
     value
@@ -263,7 +263,7 @@ fn put_below_1000(buf: &mut [u8], n: usize, u: usize) -> usize {
 }
 
 /// Python's `repr(float)` for the values we write as strings (`2.0`, not Rust's `2`).
-pub fn python_float_repr(x: f64) -> String {
+pub(crate) fn python_float_repr(x: f64) -> String {
     if x.is_nan() {
         return "nan".into();
     }

@@ -20,9 +20,9 @@ pub struct Api {
 /// An HTTP client; building a `TrajectoryApi` first installs the TLS crypto provider that
 /// reqwest's `rustls-no-provider` build needs.
 pub fn http() -> reqwest::Client {
-    hermes_env::atropos::TrajectoryApi::new(
+    hermes_runtime::atropos::TrajectoryApi::new(
         "http://127.0.0.1:1",
-        hermes_env::llm::RetryPolicy::default(),
+        hermes_runtime::llm::RetryPolicy::default(),
         Duration::from_secs(1),
     )
     .expect("client");
@@ -151,7 +151,7 @@ impl Trainer {
 fn builtin_tokenizer_dir() -> &'static str {
     static DIR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        hermes_env::llm::ChatTokenizer::builtin_dir()
+        hermes_runtime::llm::ChatTokenizer::builtin_dir()
             .to_string_lossy()
             .into_owned()
     })

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use hermes_env::sandbox::DockerSettings;
+use hermes_runtime::sandbox::DockerSettings;
 
 /// The image the Docker tests run.
 pub const IMAGE: &str = "hermes-env/python:latest";

@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_env::agent::{AgentLoop, AgentResult, AgentSettings};
-use hermes_env::config::ApiServerConfig;
-use hermes_env::llm::{LlmClient, Message, RetryPolicy, Split};
-use hermes_env::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
 use hermes_env::testing::{Policy, ScriptedServer};
-use hermes_env::tools::{ToolRegistry, ToolSet};
+use hermes_runtime::agent::{AgentLoop, AgentResult, AgentSettings};
+use hermes_runtime::config::ApiServerConfig;
+use hermes_runtime::llm::{LlmClient, Message, RetryPolicy, Split};
+use hermes_runtime::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
+use hermes_runtime::tools::{ToolRegistry, ToolSet};
 use tokio::sync::Semaphore;
 
 /// A client for one server with fast retries (3 attempts, ≤ 20 ms backoff).

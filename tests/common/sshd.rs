@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use hermes_env::sandbox::SshSettings;
+use hermes_runtime::sandbox::SshSettings;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

@@ -3,5 +3,7 @@
 mod result;
 mod run;
 
-pub use result::{clip, panic_message, AgentResult, ToolError};
-pub use run::{parse_arguments, tool_failure, AgentLoop, AgentSettings};
+pub(crate) use result::{clip, panic_message};
+pub use result::{AgentResult, ToolError};
+pub(crate) use run::parse_arguments;
+pub use run::{AgentLoop, AgentSettings};

@@ -16,8 +16,9 @@ use crate::config::cli::{parse, Invocation};
 use crate::config::{resolve, Mode, ResolvedConfig};
 use crate::env::{EnvDefinition, Environment};
 use crate::shutdown::{Interrupted, Shutdown};
-pub use plan::{Backend, Phase, RunPlan};
-pub use services::Services;
+pub use plan::Phase;
+pub(crate) use plan::RunPlan;
+pub(crate) use services::Services;
 
 /// Lets glibc's allocator keep freed memory at the top of the heap (up to 8 MiB) and grow it
 /// 4 MiB at a time. It serves the process when hermes-env is built without its default

@@ -19,7 +19,7 @@ use crate::llm::RetryPolicy;
 use crate::pyjson::JsonLayout;
 
 /// Request bodies at least this large are gzipped when that makes them smaller.
-pub const GZIP_THRESHOLD: usize = 1024;
+pub(crate) const GZIP_THRESHOLD: usize = 1024;
 
 /// Why a trajectory-API call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

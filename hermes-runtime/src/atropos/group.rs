@@ -206,7 +206,7 @@ fn absent<T>(slot: &&Slot<T>) -> bool {
 }
 
 /// The key marking groups whose tokens are Phase 1 placeholders (not trainable).
-pub const PLACEHOLDER_TOKENS_KEY: &str = "placeholder_tokens";
+pub(crate) const PLACEHOLDER_TOKENS_KEY: &str = "placeholder_tokens";
 
 /// One scored rollout before it is folded into a group.
 #[derive(Debug, Clone)]

@@ -6,5 +6,7 @@ pub mod group;
 pub use crate::pyjson as json;
 pub mod tokenize;
 
-pub use api::{ApiError, TrajectoryApi};
-pub use group::{placeholder_tokens, DropReason, ScoredDataGroup, ScoredItem, Slot};
+pub(crate) use api::ApiError;
+pub use api::TrajectoryApi;
+pub use group::{placeholder_tokens, ScoredDataGroup, Slot};
+pub(crate) use group::{DropReason, ScoredItem};

@@ -100,7 +100,7 @@ pub struct FieldSpec {
 
 /// Parses a flag's text as `shape` (Atropos's lenient coercions, plus negative numbers and
 /// JSON lists/maps). The error is a short phrase for "invalid value for --x: <phrase>".
-pub fn parse_flag_text(shape: FlagShape, text: &str) -> Result<Value, String> {
+pub(crate) fn parse_flag_text(shape: FlagShape, text: &str) -> Result<Value, String> {
     if shape.nullable && matches!(text, "None" | "null" | "none") {
         return Ok(Value::Null);
     }
@@ -109,7 +109,7 @@ pub fn parse_flag_text(shape: FlagShape, text: &str) -> Result<Value, String> {
 
 /// Checks (and leniently coerces) a YAML/JSON value against `shape`, as pydantic does for
 /// Atropos configs: `"16"` → 16, `"false"` → false, `1` → 1.0.
-pub fn coerce(shape: FlagShape, value: &Value) -> Result<Value, String> {
+pub(crate) fn coerce(shape: FlagShape, value: &Value) -> Result<Value, String> {
     if value.is_null() {
         return if shape.nullable {
             Ok(Value::Null)

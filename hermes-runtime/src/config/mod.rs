@@ -9,12 +9,13 @@ mod resolve;
 mod section;
 mod server;
 
-pub use default_server::{DefaultServer, OPENROUTER_BASE_URL};
+pub use default_server::DefaultServer;
 pub use env::{EvalHandling, HermesEnvConfig};
-pub use flags::{FieldSpec, FlagShape, FlagType, ScalarKind};
-pub use resolve::{manager_fields, resolve, EnvDescriptor, FlagValues, Mode, ResolvedConfig};
-pub use section::{set_default, ConfigSection, IntoConfigValue, NoConfig};
-pub use server::{ApiServerConfig, ManagerConfig, ServerType};
+pub use flags::{FieldSpec, FlagType, ScalarKind};
+pub use resolve::{resolve, EnvDescriptor, Mode, ResolvedConfig};
+pub use section::{set_default, ConfigSection, NoConfig};
+pub(crate) use server::ManagerConfig;
+pub use server::{ApiServerConfig, ServerType};
 
 /// A configuration problem; every variant renders as one line and exits with code 2.
 #[derive(Debug, thiserror::Error)]

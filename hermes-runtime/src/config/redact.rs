@@ -17,7 +17,7 @@ use std::sync::RwLock;
 use serde_json::Value;
 
 /// What a redacted value becomes.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Known secret values shorter than this are not scrubbed from text (too likely to be
 /// ordinary words or numbers).
@@ -27,7 +27,7 @@ const MIN_SCRUBBED_LEN: usize = 8;
 const ENV_LIST_KEYS: &[&str] = &["container_env"];
 
 /// True for key names that hold secrets (see the module docs).
-pub fn is_secret_name(key: &str) -> bool {
+pub(crate) fn is_secret_name(key: &str) -> bool {
     let k: String = key
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -51,7 +51,7 @@ pub fn is_secret_name(key: &str) -> bool {
 
 /// Redacts a JSON value in place: values of secret keys (when set), `container_env`
 /// values, and secrets inside strings ([`redact_text`]).
-pub fn redact(value: &mut Value) {
+pub(crate) fn redact(value: &mut Value) {
     match value {
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
@@ -92,7 +92,7 @@ fn redact_env_list(v: &mut Value) {
 
 /// Secrets inside free text: URL userinfo, `Bearer` tokens, `NAME=value` with a secret
 /// name, and the known secret values ([`scrub`]).
-pub fn redact_text(text: &str) -> Cow<'_, str> {
+pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
     let mut out = Cow::Borrowed(text);
     if out.contains("://") {
         out = Cow::Owned(redact_url_userinfo(&out));
@@ -189,7 +189,7 @@ static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
 /// Adds a secret value (an api key, a token) to the values [`scrub`] removes; values
 /// shorter than 8 characters are ignored.
-pub fn remember_secret(value: &str) {
+pub(crate) fn remember_secret(value: &str) {
     if value.len() < MIN_SCRUBBED_LEN || value == REDACTED {
         return;
     }
@@ -203,7 +203,7 @@ pub fn remember_secret(value: &str) {
 
 /// Remembers the values of every secret-named variable of this process's environment
 /// (`OPENAI_API_KEY`, `WANDB_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `HF_TOKEN`, …).
-pub fn remember_environment_secrets() {
+pub(crate) fn remember_environment_secrets() {
     for (k, v) in std::env::vars_os() {
         if is_secret_name(&k.to_string_lossy()) {
             remember_secret(&v.to_string_lossy());
@@ -212,7 +212,7 @@ pub fn remember_environment_secrets() {
 }
 
 /// `text` with every known secret value replaced by `<redacted>`.
-pub fn scrub(text: &str) -> Cow<'_, str> {
+pub(crate) fn scrub(text: &str) -> Cow<'_, str> {
     let known = KNOWN.read().unwrap_or_else(|e| e.into_inner());
     if !known.iter().any(|k| text.contains(k.as_str())) {
         return Cow::Borrowed(text);
@@ -226,22 +226,10 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Scrubs known secret values from every string in a JSON value.
-pub fn scrub_value(value: &mut Value) {
-    match value {
-        Value::String(s) => {
-            if let Cow::Owned(clean) = scrub(s) {
-                *s = clean;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(scrub_value),
-        Value::Object(map) => map.values_mut().for_each(scrub_value),
-        _ => {}
-    }
-}
-
 /// The full env config of a run with secret-looking values redacted, for a W&B run's config.
-pub fn redacted_env_map(cfg: &super::ResolvedConfig) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn redacted_env_map(
+    cfg: &super::ResolvedConfig,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut config = serde_json::Value::Object(cfg.env_map.clone());
     redact(&mut config);
     match config {
@@ -329,8 +317,5 @@ mod tests {
         remember_secret("sk-known-secret-value-1234");
         let text = "env: XYZ=sk-known-secret-value-1234\0short";
         assert_eq!(scrub(text), "env: XYZ=<redacted>\0short");
-        let mut v = json!({"a": ["sk-known-secret-value-1234!"]});
-        scrub_value(&mut v);
-        assert_eq!(v, json!({"a": ["<redacted>!"]}));
     }
 }

@@ -14,7 +14,7 @@ mod settings;
 use std::path::{Path, PathBuf};
 
 pub use id::{HubId, RepoKind};
-pub use settings::{HubSettings, DEFAULT_ENDPOINT};
+pub use settings::HubSettings;
 
 /// Why a hub file could not be had.
 #[derive(Debug, thiserror::Error)]

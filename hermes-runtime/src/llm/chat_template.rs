@@ -98,17 +98,10 @@ fn tojson_style(kwargs: Kwargs) -> Result<PyJson, Error> {
     })
 }
 
-/// Python `json.dumps` of a template value, with the default options transformers uses.
-pub fn python_dumps(value: &Value) -> Result<String, Error> {
-    let mut out = String::new();
-    PyJson::default().write(&mut out, value, 0)?;
-    Ok(out)
-}
-
 /// `value` as a template value that keeps what `tojson` made of it (per set of options and
 /// nesting depth), for values rendered again and again unchanged (a run's tool schemas). It
 /// behaves as `value` does in every other respect.
-pub fn json_memo(value: Value) -> Value {
+pub(crate) fn json_memo(value: Value) -> Value {
     match value.as_object() {
         Some(inner) => Value::from_object(JsonMemo {
             inner: inner.clone(),
@@ -338,7 +331,7 @@ const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning
 /// Messages as inference servers hand them to the template: a tool call's `arguments` JSON
 /// string decoded to an object (kept as the string when it is not valid JSON), as vLLM does;
 /// then transformers' own normalisation: keys whose value is null dropped, reasoning aliased.
-pub fn template_messages(messages: &[serde_json::Value]) -> Vec<serde_json::Value> {
+pub(crate) fn template_messages(messages: &[serde_json::Value]) -> Vec<serde_json::Value> {
     messages.iter().map(template_message).collect()
 }
 
@@ -553,7 +546,11 @@ mod tests {
     fn floats_print_like_python_repr() {
         let cases = [(1e-5, "1e-05"), (0.1, "0.1"), (1e20, "1e+20"), (3.0, "3.0")];
         for (f, want) in cases {
-            assert_eq!(python_dumps(&Value::from(f)).unwrap(), want);
+            let mut out = String::new();
+            PyJson::default()
+                .write(&mut out, &Value::from(f), 0)
+                .unwrap();
+            assert_eq!(out, want);
         }
     }
 }

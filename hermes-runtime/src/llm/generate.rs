@@ -40,7 +40,7 @@ pub struct Generated {
 }
 
 /// The vLLM request body (`/generate` of the Atropos reference server).
-pub fn vllm_body(req: &GenerateRequest) -> Value {
+pub(crate) fn vllm_body(req: &GenerateRequest) -> Value {
     let mut body = Map::new();
     body.insert(
         "prompt".into(),
@@ -56,7 +56,7 @@ pub fn vllm_body(req: &GenerateRequest) -> Value {
 }
 
 /// The SGLang request body.
-pub fn sglang_body(req: &GenerateRequest) -> Value {
+pub(crate) fn sglang_body(req: &GenerateRequest) -> Value {
     let mut params = Map::new();
     params.insert("n".into(), req.n.into());
     if let Some(m) = req.max_tokens {
@@ -68,7 +68,7 @@ pub fn sglang_body(req: &GenerateRequest) -> Value {
 }
 
 /// Reads a vLLM answer: `logprobs[c][t] = [{"<id>": lp}]` and `finish_reasons[c]`.
-pub fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
+pub(crate) fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
     let logprobs = v
         .get("logprobs")
         .and_then(Value::as_array)
@@ -116,7 +116,7 @@ pub fn parse_vllm(v: &Value) -> Result<Vec<Generated>, String> {
 
 /// Reads an SGLang answer: one object or a list, each with
 /// `meta_info.output_token_logprobs = [[lp, id, text], …]` and `meta_info.finish_reason`.
-pub fn parse_sglang(v: &Value) -> Result<Vec<Generated>, String> {
+pub(crate) fn parse_sglang(v: &Value) -> Result<Vec<Generated>, String> {
     let outputs: Vec<&Value> = match v {
         Value::Array(list) => list.iter().collect(),
         other => vec![other],

@@ -15,7 +15,7 @@ use super::{ChatBackend, ChatRequest, ChatResponse, Choice, LlmError, Message, R
 use crate::parsers::ToolCallParser;
 
 /// Mask value of positions that are not trained.
-pub const MASKED: i64 = -100;
+pub(crate) const MASKED: i64 = -100;
 
 /// Finish metadata of a node.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -152,7 +152,7 @@ impl NodeList {
 }
 
 /// Fits `logprobs` to `len`: padded with 1.0 or truncated.
-pub fn fit_logprobs(mut logprobs: Vec<f64>, len: usize) -> Vec<f64> {
+pub(crate) fn fit_logprobs(mut logprobs: Vec<f64>, len: usize) -> Vec<f64> {
     logprobs.resize(len, 1.0);
     logprobs
 }

@@ -20,7 +20,7 @@ use super::ToolSchema;
 use crate::hub::{HubError, HubId, HubRepo, HubSettings, RepoKind};
 
 /// The files a tokenizer is made of, as `hf download` arguments.
-pub const TOKENIZER_FILES: [&str; 2] = ["tokenizer.json", "tokenizer_config.json"];
+pub(crate) const TOKENIZER_FILES: [&str; 2] = ["tokenizer.json", "tokenizer_config.json"];
 
 /// Why a tokenizer could not be loaded or used.
 #[derive(Debug, thiserror::Error)]

@@ -10,11 +10,11 @@ use tracing::warn;
 use crate::atropos::DropReason;
 
 /// Minimum time between two drop announcements.
-pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const ANNOUNCE_EVERY: Duration = Duration::from_secs(30);
 
 /// Dropped groups of a run, per reason.
 #[derive(Debug, Default)]
-pub struct Drops {
+pub(crate) struct Drops {
     total: BTreeMap<&'static str, usize>,
     unannounced: BTreeMap<&'static str, (usize, DropReason)>,
     last_announcement: Option<Instant>,

@@ -23,7 +23,7 @@ use crate::shutdown::{grace, Shutdown};
 
 /// What an `evaluate` run produced.
 #[derive(Debug, Clone)]
-pub struct EvalSummary {
+pub(crate) struct EvalSummary {
     /// All metrics (`eval/mean_reward`, `eval/num_samples`, and the environment's).
     pub metrics: Metrics,
     /// The output directory, when `data_dir_to_save_evals` is set.
@@ -54,7 +54,7 @@ struct SampleLine<'a, I: Serialize> {
 
 /// Writes `{dir}/evaluate_config.yaml`: the full env config, the servers (keys redacted),
 /// `slurm` and `testing`.
-pub fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result<PathBuf> {
+pub(crate) fn write_evaluate_config(dir: &Path, cfg: &ResolvedConfig) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut root = Map::new();
     root.insert("env".into(), Value::Object(cfg.env_map.clone()));
@@ -90,7 +90,7 @@ pub async fn main<E: Environment>(
 /// Runs the eval items (each re-run while it fails for a reason not the model's) and writes
 /// the results; failed items are reported, never scored. A stop request evaluates no new
 /// items and gives the running ones the grace period.
-pub async fn run_evaluate<A: EnvAccess>(
+pub(crate) async fn run_evaluate<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     env_name: &str,

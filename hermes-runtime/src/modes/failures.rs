@@ -12,7 +12,7 @@ use super::rollout::FailedItem;
 use crate::env::{FailureCounts, FailureKind};
 
 /// `dir/x.jsonl` → `dir/x.failures.jsonl`.
-pub fn failures_path(jsonl: &Path) -> PathBuf {
+pub(crate) fn failures_path(jsonl: &Path) -> PathBuf {
     let stem = jsonl
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -31,7 +31,7 @@ struct FailureLine<'a, I: Serialize> {
 
 /// Appends failed items to a failures file, created on the first one (a run without
 /// failures leaves no file), and counts them per kind.
-pub struct FailureLog {
+pub(crate) struct FailureLog {
     path: PathBuf,
     writer: Option<JsonlWriter>,
     items: FailureCounts,
@@ -76,7 +76,7 @@ impl FailureLog {
 
 /// Failed items per kind in an existing failures file (for the viewer); `None` when there is
 /// no such file.
-pub fn count_failures(path: &Path) -> Option<FailureCounts> {
+pub(crate) fn count_failures(path: &Path) -> Option<FailureCounts> {
     let text = std::fs::read_to_string(path).ok()?;
     let mut counts = FailureCounts::default();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {

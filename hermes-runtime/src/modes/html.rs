@@ -52,7 +52,7 @@ struct Shown<M, O> {
 /// The page's data lines of the groups a `process` run writes, with their index (scores
 /// and number of message lists), kept as the run writes its JSONL: in an unnamed temporary
 /// file beside it (gone with this value), so memory stays flat over a long run.
-pub struct ShownLines {
+pub(crate) struct ShownLines {
     file: BufWriter<File>,
     index: KnownIndex,
 }
@@ -380,13 +380,13 @@ fn render_indexed(
 }
 
 /// Writes the viewer of `jsonl_path` to `html_path`.
-pub fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<ViewerStats> {
+pub(crate) fn write_viewer_to(jsonl_path: &Path, html_path: &Path) -> std::io::Result<ViewerStats> {
     let input = BufReader::with_capacity(1 << 20, File::open(jsonl_path)?);
     write_viewer(jsonl_path, html_path, input, &[])
 }
 
 /// [`write_viewer_to`] for the JSONL a `process` run wrote, from the lines it kept.
-pub fn write_viewer_of_run(
+pub(crate) fn write_viewer_of_run(
     jsonl_path: &Path,
     html_path: &Path,
     lines: ShownLines,

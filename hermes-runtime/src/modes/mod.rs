@@ -10,10 +10,7 @@ pub mod report;
 pub mod rollout;
 pub mod serve;
 
-pub use evaluate::{run_evaluate, write_evaluate_config, EvalSummary};
-pub use process::{run_process, Interruption, ProcessSummary};
-pub use rollout::{
-    collect_group, run_rollout, run_rollout_with, run_rollout_with_retries, EnvAccess, FailedItem,
-    GroupRun, ReferenceSink, Runtime, RuntimeBuilder, SharedEnv, TokenSource,
-};
+pub(crate) use evaluate::{write_evaluate_config, EvalSummary};
+pub use rollout::{collect_group, run_rollout, Runtime, TokenSource};
+pub(crate) use rollout::{run_rollout_with, ReferenceSink};
 pub use serve::{run_serve, ServeOptions, ServeSummary};

@@ -11,7 +11,7 @@ use crate::atropos::ScoredDataGroup;
 
 /// The first free path among `path`, `<stem>_1<ext>`, `<stem>_2<ext>`, … (always derived from
 /// the original stem), with the parent directory created.
-pub fn free_path(path: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn free_path(path: &Path) -> std::io::Result<PathBuf> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
@@ -35,7 +35,7 @@ pub fn free_path(path: &Path) -> std::io::Result<PathBuf> {
 
 /// Writes one Python-style JSON object per line, flushed per line so a crash loses nothing
 /// already finished.
-pub struct JsonlWriter {
+pub(crate) struct JsonlWriter {
     path: PathBuf,
     out: BufWriter<File>,
 }

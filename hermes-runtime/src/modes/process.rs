@@ -24,7 +24,7 @@ use crate::wandb::{server_metrics, LogContext, Logger, Perf, TrainMetrics};
 
 /// What a `process` run produced.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProcessSummary {
+pub(crate) struct ProcessSummary {
     /// The JSONL file written.
     pub jsonl: PathBuf,
     /// The HTML viewer written next to it.
@@ -57,7 +57,7 @@ pub struct ProcessSummary {
 
 /// How a stop request ended a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Interruption {
+pub(crate) struct Interruption {
     /// Groups in flight that did not finish within the grace period.
     pub cancelled: usize,
 }
@@ -132,7 +132,7 @@ fn start_wandb(cfg: &crate::config::ResolvedConfig, env_name: &str) -> Option<Lo
 
 /// Runs up to `total_steps` groups, `workers` at a time, writing each finished group in order
 /// and logging it to `wandb` (when given) with the metrics of [`TrainMetrics`].
-pub async fn run_process<E: Environment>(
+pub(crate) async fn run_process<E: Environment>(
     env: &mut E,
     rt: &Runtime,
     workers: usize,
@@ -251,7 +251,7 @@ fn log_group<E: Environment>(
     env: &E,
 ) {
     let secs = took.as_secs_f64();
-    metrics.record_perf(Perf::TaskDuration, secs);
+    metrics.record_perf(Perf::Task, secs);
     metrics.record_failures(&run.failures);
     match &run.result {
         Ok(group) => {
@@ -263,17 +263,17 @@ fn log_group<E: Environment>(
             );
             match dropped {
                 None => {
-                    metrics.record_perf(Perf::SucceededTaskDuration, secs);
+                    metrics.record_perf(Perf::Succeeded, secs);
                     metrics.record_group(group);
                 }
                 Some(reason) => {
-                    metrics.record_perf(Perf::FailedTaskDuration, secs);
+                    metrics.record_perf(Perf::Failed, secs);
                     metrics.record_drop(reason);
                 }
             }
             metrics.record_rollouts(run.rollouts.clone());
         }
-        Err(_) => metrics.record_perf(Perf::FailedTaskDuration, secs),
+        Err(_) => metrics.record_perf(Perf::Failed, secs),
     }
     let context = LogContext {
         prefix: None,

@@ -13,7 +13,7 @@ fn per_second(n: usize, secs: f64) -> f64 {
 }
 
 /// The `process` summary; `wandb` is the logger's one-line outcome, when wandb was on.
-pub fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String {
+pub(crate) fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String {
     let secs = s.elapsed.as_secs_f64();
     let mut out = String::new();
     let _ = writeln!(out, "process finished in {}", human_duration(s.elapsed));
@@ -62,7 +62,7 @@ pub fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String {
 }
 
 /// The `serve` summary.
-pub fn serve_summary(s: &ServeSummary) -> String {
+pub(crate) fn serve_summary(s: &ServeSummary) -> String {
     let mut out = String::new();
     let how = if s.interrupted {
         "by a signal"
@@ -99,7 +99,7 @@ pub fn serve_summary(s: &ServeSummary) -> String {
 }
 
 /// The `evaluate` summary: time, every metric, and where the results are.
-pub fn evaluate_summary(s: &EvalSummary) -> String {
+pub(crate) fn evaluate_summary(s: &EvalSummary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "evaluate finished in {}", human_duration(s.elapsed));
     if s.items_skipped > 0 {

@@ -147,7 +147,7 @@ impl<E: Environment> EnvAccess for E {
 /// An environment shared between the serve loop (which needs `&mut` for `get_next_item`) and
 /// its workers; rollouts hold the read lock only while a hook runs.
 #[derive(Debug, Default)]
-pub struct SharedEnv<E>(pub tokio::sync::RwLock<E>);
+pub(crate) struct SharedEnv<E>(pub tokio::sync::RwLock<E>);
 
 impl<E: Environment> EnvAccess for SharedEnv<E> {
     type Env = E;
@@ -254,7 +254,7 @@ pub async fn run_rollout<A: EnvAccess>(
 }
 
 /// [`run_rollout`] with the tools of its group.
-pub async fn run_rollout_with<A: EnvAccess>(
+pub(crate) async fn run_rollout_with<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     item: &Arc<<A::Env as Environment>::Item>,
@@ -565,7 +565,7 @@ async fn run_rollout_retrying<A: EnvAccess>(
 
 /// One evaluation or stand-alone rollout with the retry rule of [`run_rollout_retrying`];
 /// the returned rollout's outcome may still be a failure.
-pub async fn run_rollout_with_retries<A: EnvAccess>(
+pub(crate) async fn run_rollout_with_retries<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     item: &Arc<<A::Env as Environment>::Item>,

@@ -21,19 +21,17 @@ mod special;
 
 use crate::calls::ToolCall;
 
-pub use auto::AutoParser;
-pub use dsml::{DeepSeekV32Parser, DeepSeekV4Parser};
-pub use glm::{Glm45Parser, Glm47Parser};
-pub use harmony::HarmonyParser;
-pub use hermes::{HermesParser, LongcatParser};
-pub use invoke::{MinimaxM2Parser, Step3Parser};
-pub use json_blocks::JsonBlockParser;
-pub use llama::LlamaJsonParser;
-pub use mistral::MistralParser;
-pub use pythonic::{Olmo3Parser, PythonicParser};
-pub use qwen3_coder::XmlFunctionParser;
-pub use sectioned::{DeepSeekV31Parser, DeepSeekV3Parser, KimiK2Parser};
-pub use special::{FunctionGemmaParser, XlamParser};
+pub(crate) use auto::AutoParser;
+pub(crate) use dsml::{DeepSeekV32Parser, DeepSeekV4Parser};
+pub(crate) use glm::{Glm45Parser, Glm47Parser};
+pub(crate) use harmony::HarmonyParser;
+pub(crate) use hermes::{HermesParser, LongcatParser};
+pub(crate) use invoke::{MinimaxM2Parser, Step3Parser};
+pub(crate) use llama::LlamaJsonParser;
+pub(crate) use mistral::MistralParser;
+pub(crate) use pythonic::{Olmo3Parser, PythonicParser};
+pub(crate) use sectioned::{DeepSeekV31Parser, DeepSeekV3Parser, KimiK2Parser};
+pub(crate) use special::{FunctionGemmaParser, XlamParser};
 
 /// What a parser found in a model's raw output.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -14,15 +14,15 @@ mod reference;
 mod server;
 mod wandb;
 
-pub use cassette::{BranchKey, Cassette, CassettePlayer, CassetteRecorder, Interaction};
-pub use exploits::{
-    library as exploit_library, load_exploits, prompt_paths, Exploit, PROMPT_PATHS,
-};
-pub use hack::{outcome_kind, HackOptions, HackReport, HackRow};
+pub use cassette::{Cassette, CassettePlayer, CassetteRecorder};
+pub(crate) use exploits::load_exploits;
+pub use exploits::{library as exploit_library, Exploit};
+pub use hack::HackOptions;
+pub(crate) use hack::HackReport;
 pub use kit::{
     CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
 };
 pub use raw::RawTextPolicy;
-pub use reference::{ReferenceBook, ReferencePolicy, NO_REFERENCE_REPLY};
-pub use server::{chatml_messages, Policy, Reply, Script, ScriptedServer};
-pub use wandb::{RecordedRequest, StandInBehavior, WandbStandIn};
+pub use reference::{ReferenceBook, ReferencePolicy};
+pub use server::{Policy, Reply, Script, ScriptedServer};
+pub use wandb::{StandInBehavior, WandbStandIn};

@@ -76,7 +76,7 @@ impl ResultBudget {
 }
 
 /// The first `max` characters of `text`, cut at the last newline within them.
-pub fn preview(text: &str, max: usize) -> String {
+pub(crate) fn preview(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
     }

@@ -26,23 +26,18 @@ use serde_json::{json, Map, Value};
 use crate::llm::ToolSchema;
 use crate::sandbox::{Sandbox, TaskSandbox};
 
-pub use distributions::{
-    distribution_names, Distribution, DistributionSampler, GroupTools, UnknownDistribution,
-    DISTRIBUTIONS,
-};
-pub use files::{ReadFileTool, WriteFileTool};
-pub use patch::PatchTool;
-pub use process::{cleanup as cleanup_processes, tracked_pids, ProcessTool};
-pub use search::SearchFilesTool;
-pub use searxng::SearxngBackend;
-pub use tavily::{TavilyBackend, TAVILY_BASE_URL};
-pub use terminal::TerminalTool;
-pub use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};
+pub(crate) use distributions::{DistributionSampler, GroupTools};
+pub(crate) use files::{ReadFileTool, WriteFileTool};
+pub(crate) use patch::PatchTool;
+pub use process::cleanup as cleanup_processes;
+pub(crate) use process::{tracked_pids, ProcessTool};
+pub(crate) use search::SearchFilesTool;
+pub(crate) use terminal::TerminalTool;
+pub(crate) use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};
 pub use typed::{sandbox_tool, typed_tool, TypedTool};
-pub use web::{
-    FakeWebBackend, Page, SearchHit, WebBackend, WebError, WebExtractTool, WebSearchTool,
-};
-pub use web_select::{select as select_web_backend, WebChoice, WEB_BACKENDS};
+pub use web::FakeWebBackend;
+pub(crate) use web::{Page, SearchHit, WebBackend, WebError, WebExtractTool, WebSearchTool};
+pub(crate) use web_select::{select as select_web_backend, WebChoice};
 
 /// What a tool call can reach: the rollout's sandbox and run settings.
 pub struct ToolCallContext<'a> {
@@ -92,7 +87,7 @@ const UNAVAILABLE_TOOLSETS: &[&str] = &[
 
 /// The per-task directory, inside the sandbox, where tools keep their state (background
 /// processes, saved oversized results): `/tmp/hermes-<hash of task id and workdir>`.
-pub fn state_dir(sandbox: &dyn Sandbox) -> String {
+pub(crate) fn state_dir(sandbox: &dyn Sandbox) -> String {
     // FNV-1a: stable across runs and platforms.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in sandbox
@@ -284,7 +279,7 @@ impl ToolSet {
 
 /// Hermes's message for a call to a tool that is not offered, e.g.
 /// `Unknown tool 'x'. Available tools: ['read_file', 'terminal']`.
-pub fn unknown_tool_message(name: &str, available: &[&str]) -> String {
+pub(crate) fn unknown_tool_message(name: &str, available: &[&str]) -> String {
     let list: Vec<String> = available.iter().map(|n| format!("'{n}'")).collect();
     format!(
         "Unknown tool '{name}'. Available tools: [{}]",
@@ -305,7 +300,7 @@ fn missing_required<'a>(schema: &'a Value, args: &Map<String, Value>) -> Option<
 /// and objects (`"42"` → 42, `"true"` → true, JSON text → arrays/objects), as Hermes's
 /// dispatcher does, and — for formats whose parsers guess value types — numbers, booleans and
 /// JSON values back to strings where a string is declared. Other values are left alone.
-pub fn coerce_arguments(schema: &Value, args: &mut Map<String, Value>) {
+pub(crate) fn coerce_arguments(schema: &Value, args: &mut Map<String, Value>) {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return;
     };

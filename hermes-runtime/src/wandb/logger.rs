@@ -5,7 +5,7 @@
 //! bounded, and whatever was not uploaded can be sent later with `wandb sync`.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -245,16 +245,6 @@ impl Logger {
                 }
             }
         }
-    }
-
-    /// The local run directory.
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
-    /// Online or offline.
-    pub fn mode(&self) -> WandbMode {
-        self.mode
     }
 
     /// Flushes the run directory and, online, waits up to the finish timeout for the last

@@ -50,32 +50,26 @@ pub fn record_from(metrics: &Metrics) -> Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Perf {
     /// `train_perf/task_duration`: seconds per worker task.
-    TaskDuration,
+    Task,
     /// `train_perf/succeeded_task_duration` (+ `train/items_sent_to_api`).
-    SucceededTaskDuration,
+    Succeeded,
     /// `train_perf/failed_task_duration` (+ `train/items_rejected`).
-    FailedTaskDuration,
-    /// `train_perf/mainloop_timings`: seconds between serve-loop ticks.
-    MainloopTimings,
-    /// `train_perf/workers_added_per_attempt`.
-    WorkersAddedPerAttempt,
+    Failed,
 }
 
 impl Perf {
     fn name(self) -> &'static str {
         match self {
-            Perf::TaskDuration => "train_perf/task_duration",
-            Perf::SucceededTaskDuration => "train_perf/succeeded_task_duration",
-            Perf::FailedTaskDuration => "train_perf/failed_task_duration",
-            Perf::MainloopTimings => "train_perf/mainloop_timings",
-            Perf::WorkersAddedPerAttempt => "train_perf/workers_added_per_attempt",
+            Perf::Task => "train_perf/task_duration",
+            Perf::Succeeded => "train_perf/succeeded_task_duration",
+            Perf::Failed => "train_perf/failed_task_duration",
         }
     }
 
     fn count_key(self) -> Option<&'static str> {
         match self {
-            Perf::SucceededTaskDuration => Some("train/items_sent_to_api"),
-            Perf::FailedTaskDuration => Some("train/items_rejected"),
+            Perf::Succeeded => Some("train/items_sent_to_api"),
+            Perf::Failed => Some("train/items_rejected"),
             _ => None,
         }
     }
@@ -328,11 +322,6 @@ impl<I> TrainMetrics<I> {
     pub fn stash(&mut self, metrics: &Metrics) {
         self.stashed
             .extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
-    }
-
-    /// Rollouts recorded since the last [`take`](Self::take).
-    pub fn pending_rollouts(&self) -> usize {
-        self.rollouts.len()
     }
 
     /// Builds the record of one log and clears what Atropos clears after a log.

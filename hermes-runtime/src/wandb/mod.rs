@@ -20,7 +20,7 @@
 //! // per finished worker task:
 //! metrics.record_rollouts(rollouts);                     // every scored rollout
 //! metrics.record_group(&group);                          // groups that passed the rules
-//! metrics.record_perf(Perf::TaskDuration, secs);         // + Succeeded/FailedTaskDuration, …
+//! metrics.record_perf(Perf::Task, secs);         // + Succeeded/FailedTaskDuration, …
 //! // at each step change (Atropos's wandb_log):
 //! let record = metrics.take(&env, &LogContext {
 //!     prefix: Some(&wandb_prepend),                      // env keys become gsm8k_0_train/…
@@ -40,16 +40,7 @@ pub mod run_dir;
 mod settings;
 mod sync;
 
-pub use logger::{
-    run_url, Batch, Logger, LoggerReport, RunSpec, Uploader, LINES_PER_REQUEST, MAX_PENDING_LINES,
-    QUEUE_CAPACITY,
-};
-pub use metrics::{
-    format_transcript, record_from, redact_arguments, server_metrics, LogContext, LogValue, Perf,
-    Record, Table, TrainMetrics,
-};
-pub use settings::{
-    new_run_id, run_name, ApiKey, WandbError, WandbMode, WandbSettings, DEFAULT_BASE_URL,
-    DEFAULT_FINISH_TIMEOUT,
-};
-pub use sync::{sync_run, SyncReport};
+pub(crate) use logger::{Logger, RunSpec};
+pub(crate) use metrics::{server_metrics, LogContext, Perf, TrainMetrics};
+pub(crate) use settings::{run_name, WandbSettings};
+pub(crate) use sync::sync_run;

@@ -205,8 +205,6 @@ impl RunDir {
 /// A run directory read back for `sync`.
 #[derive(Debug, Clone)]
 pub struct StoredRun {
-    /// The directory.
-    pub root: PathBuf,
     /// `run.json`.
     pub meta: RunMeta,
     /// The config (plain values, W&B's wrapping removed).
@@ -288,7 +286,6 @@ impl StoredRun {
             .and_then(|v| v.get("exit_code").and_then(Value::as_i64))
             .map(|c| c as i32);
         Ok(StoredRun {
-            root: root.to_owned(),
             meta,
             config,
             lines,

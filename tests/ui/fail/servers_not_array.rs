@@ -1,7 +1,7 @@
 use hermes_env::prelude::*;
 
 // `servers` takes an array; a lone server, or a server of the wrong type, is refused at its span.
-#[hermes_env(servers = hermes_env::config::DefaultServer::openrouter("m"))]
+#[hermes_env(servers = DefaultServer::openrouter("m"))]
 pub struct MyEnv {}
 
 #[hermes_env::hooks]

@@ -1,6 +1,6 @@
 use hermes_env::prelude::*;
 
-#[hermes_env(servers = [hermes_env::config::DefaultServer::openrouter("m"), "http://localhost:8000/v1"])]
+#[hermes_env(servers = [DefaultServer::openrouter("m"), "http://localhost:8000/v1"])]
 pub struct MyEnv {}
 
 #[hermes_env::hooks]

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use hermes_env::config::{EvalHandling, ScalarKind};
+use hermes_env::EvalHandling;
+use hermes_runtime::config::ScalarKind;
 use hermes_env::prelude::*;
 use hermes_env::EnvDefinition;
 
@@ -31,8 +32,8 @@ pub struct Task {
     max_reasoning_tokens = 4000,
     min_batch_allocation = 0.25,
     servers = [
-        hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4"),
-        hermes_env::config::DefaultServer::openai("http://localhost:9001/v1", "local"),
+        DefaultServer::openrouter("anthropic/claude-sonnet-4"),
+        DefaultServer::openai("http://localhost:9001/v1", "local"),
     ],
 )]
 pub struct TerminalTest {
@@ -89,8 +90,8 @@ fn main() {
     assert_eq!(
         d.servers,
         [
-            hermes_env::config::DefaultServer::openrouter("anthropic/claude-sonnet-4"),
-            hermes_env::config::DefaultServer::openai("http://localhost:9001/v1", "local"),
+            DefaultServer::openrouter("anthropic/claude-sonnet-4"),
+            DefaultServer::openai("http://localhost:9001/v1", "local"),
         ]
     );
     assert_eq!(

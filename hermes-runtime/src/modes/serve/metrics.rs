@@ -57,15 +57,15 @@ impl<I> StepLog<I> {
             return;
         };
         let secs = took.as_secs_f64();
-        metrics.record_perf(Perf::TaskDuration, secs);
+        metrics.record_perf(Perf::Task, secs);
         metrics.record_failures(failures);
         match dropped {
             None => {
-                metrics.record_perf(Perf::SucceededTaskDuration, secs);
+                metrics.record_perf(Perf::Succeeded, secs);
                 metrics.record_group(group);
             }
             Some(reason) => {
-                metrics.record_perf(Perf::FailedTaskDuration, secs);
+                metrics.record_perf(Perf::Failed, secs);
                 metrics.record_drop(reason);
             }
         }
@@ -74,7 +74,7 @@ impl<I> StepLog<I> {
     /// An item that produced no group, after `took`.
     pub(super) fn record_failed_item(&mut self, took: Duration) {
         if let Some((_, metrics)) = &mut self.wandb {
-            metrics.record_perf(Perf::FailedTaskDuration, took.as_secs_f64());
+            metrics.record_perf(Perf::Failed, took.as_secs_f64());
         }
     }
 

@@ -16,11 +16,8 @@ pub mod policy;
 mod session;
 mod workers;
 
-pub use metrics::LOG_ROLLOUTS_CAPACITY;
-pub use outbox::{Spool, OUTBOX_CAPACITY};
-pub use policy::{
-    boundary_crossed, derived_batch_size, should_pause, should_stop, worker_cap, CapInputs,
-};
+pub(crate) use outbox::Spool;
+pub(crate) use policy::{boundary_crossed, should_pause, should_stop, worker_cap, CapInputs};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

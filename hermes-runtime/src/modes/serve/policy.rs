@@ -6,7 +6,7 @@ use crate::config::EvalHandling;
 
 /// `int(batch_size × (unallocated_fraction + min_batch_allocation))`; `batch_size` before the
 /// first status or when it is unknown (-1).
-pub fn derived_batch_size(
+pub(crate) fn derived_batch_size(
     batch_size: i64,
     status: Option<&EnvStatus>,
     min_batch_allocation: Option<f64>,
@@ -21,7 +21,12 @@ pub fn derived_batch_size(
 }
 
 /// Stop when `current_step + (queue_size × group_size) // batch_size > total_steps`.
-pub fn should_stop(status: &EnvStatus, group_size: i64, batch_size: i64, total_steps: i64) -> bool {
+pub(crate) fn should_stop(
+    status: &EnvStatus,
+    group_size: i64,
+    batch_size: i64,
+    total_steps: i64,
+) -> bool {
     let queued_steps = if batch_size > 0 {
         (status.queue_size * group_size).div_euclid(batch_size)
     } else {
@@ -33,7 +38,7 @@ pub fn should_stop(status: &EnvStatus, group_size: i64, batch_size: i64, total_s
 /// The off-policy back-pressure rule: the queue holds `max_batches_offpolicy` batches (and,
 /// with a minimum allocation, this environment's share is already queued), or the batch size
 /// is unknown.
-pub fn should_pause(
+pub(crate) fn should_pause(
     status: &EnvStatus,
     group_size: i64,
     batch_size: i64,
@@ -59,7 +64,7 @@ pub fn should_pause(
 
 /// Inputs of the worker cap.
 #[derive(Debug, Clone, Copy)]
-pub struct CapInputs<'a> {
+pub(crate) struct CapInputs<'a> {
     /// `max_num_workers` (already resolved from per-node × servers when -1).
     pub max_num_workers: i64,
     /// Whether an evaluation is running, and how training behaves meanwhile.
@@ -85,7 +90,7 @@ pub struct CapInputs<'a> {
 }
 
 /// How many workers may run now (upstream `add_train_workers` arithmetic).
-pub fn worker_cap(c: &CapInputs<'_>) -> i64 {
+pub(crate) fn worker_cap(c: &CapInputs<'_>) -> i64 {
     let mut cap = c.max_num_workers;
     if c.eval_running {
         match c.eval_handling {
@@ -113,7 +118,7 @@ pub fn worker_cap(c: &CapInputs<'_>) -> i64 {
 
 /// True when the step moved across a multiple of `period` (the fixed form of upstream's
 /// `prev % period > cur % period`, which misses jumps landing on a larger residue).
-pub fn boundary_crossed(prev: i64, cur: i64, period: i64) -> bool {
+pub(crate) fn boundary_crossed(prev: i64, cur: i64, period: i64) -> bool {
     period > 0 && cur.div_euclid(period) > prev.div_euclid(period)
 }
 
