@@ -88,3 +88,5 @@ pub mod __private {
     pub use serde;
     pub use std::sync::Arc;
 }
+#[cfg(doctest)]
+mod book;

@@ -108,7 +108,9 @@ fn scan(text: &str) -> (Vec<Line<'_>>, Vec<Fence>) {
                     in_code: true,
                 });
             }
-            (Some((c, len)), Some((c2, len2, info))) if c == c2 && len2 >= len && info.is_empty() => {
+            (Some((c, len)), Some((c2, len2, info)))
+                if c == c2 && len2 >= len && info.is_empty() =>
+            {
                 open = None;
                 lines.push(Line {
                     number,
@@ -331,7 +333,11 @@ fn relative_links_reach_files_and_headings() {
             }
         }
     }
-    assert!(failures.is_empty(), "broken links:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "broken links:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -378,11 +384,7 @@ fn code_blocks_name_their_language_and_rust_blocks_compile() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "code blocks:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "code blocks:\n{}", failures.join("\n"));
 }
 
 #[test]
@@ -479,6 +481,9 @@ fn the_checker_reads_markdown_as_github_does() {
         ["a.md#b", "img.png"]
     );
     assert!(fence_of("```` ```json ```` fenced").is_none());
-    assert_eq!(commit_ids("at e436bc3, id_ed25519, 2026-12-05, deadbeef"), ["e436bc3"]);
+    assert_eq!(
+        commit_ids("at e436bc3, id_ed25519, 2026-12-05, deadbeef"),
+        ["e436bc3"]
+    );
     assert!(commit_ids(&"ab12".repeat(16)).is_empty());
 }
