@@ -103,3 +103,5 @@ pub mod __private {
     pub use serde;
     pub use std::sync::Arc;
 }
+#[cfg(doctest)]
+mod book;
