@@ -167,10 +167,9 @@ const TRIPLES: [[u8; 3]; 1000] = {
 /// mask lists are nearly all of a group's JSON (100,000 integers for 8 rollouts of 6,600
 /// tokens); serde_json's path costs a separator write, an `itoa` and a copy per integer, this
 /// one writes ids below a million from a table of three-digit groups straight into a stack
-/// buffer (78 → 32 instructions per integer, callgrind), and copies a run of Atropos's mask
-/// value `-100` (most of every mask list: the prompt, the tools, the tool results) up to
-/// [`MASK_RUN`] values at a time from a prepared pattern (this function's instructions per
-/// turn in the `vs_python` bench 64.5K → 55.8K).
+/// buffer, and copies a run of Atropos's mask value `-100` (most of every mask list: the
+/// prompt, the tools, the tool results) up to [`MASK_RUN`] values at a time from a prepared
+/// pattern.
 pub(crate) fn write_int_array(out: &mut Vec<u8>, ints: &[i64], layout: JsonLayout) {
     const CHUNK: usize = 4096;
     let sep = layout.item_separator();
@@ -221,7 +220,7 @@ pub(crate) fn write_int_array(out: &mut Vec<u8>, ints: &[i64], layout: JsonLayou
 const MASK_RUN: usize = 64;
 
 /// Writes `x` in decimal at `buf[n..]`; returns the end. Always inlined: the compiler's own
-/// choice moved between builds, and a call per integer cost a third more instructions.
+/// choice moved between builds, and a call per integer is a large part of the work.
 #[inline(always)]
 fn put_int(buf: &mut [u8], mut n: usize, x: i64) -> usize {
     if x < 0 {

@@ -1,8 +1,8 @@
 //! The TLS setup every HTTP client of this crate shares: rustls with the ring provider and the
 //! platform's root certificates, read at the first TLS handshake of the process instead of at
 //! each client's build. reqwest's own rustls setup reads and parses every system root
-//! certificate in `ClientBuilder::build` (18M instructions here, a third of a `process` run's
-//! start-up), for servers that are mostly `http://` (a local vLLM, SGLang or `run-api`).
+//! certificate in `ClientBuilder::build` (a large share of a `process` run's start-up), for
+//! servers that are mostly `http://` (a local vLLM, SGLang or `run-api`).
 
 use std::sync::{Arc, OnceLock};
 

@@ -24,10 +24,9 @@ pub(crate) use services::Services;
 /// 4 MiB at a time. It serves the process when hermes-env is built without its default
 /// `jemalloc` feature (and C code's allocations either way). With the defaults it hands the
 /// top back whenever a rollout's trainer tokens or a group's JSONL line (tens to hundreds of
-/// KiB, freed together) are freed, and the next ones take it again, page fault by page fault:
-/// 39 faults per rollout in the `vs_python` bench, 20 with these settings, for 0.6 MB more
-/// peak RSS (31.8 → 32.4 MB: the kept pages were in use a moment before). What is kept is at
-/// most the trim threshold.
+/// KiB, freed together) are freed, and the next ones take it again, page fault by page fault;
+/// keeping it halves those faults for a little more peak RSS (pages that were in use a moment
+/// before). What is kept is at most the trim threshold.
 fn keep_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters, under the allocator's own lock.

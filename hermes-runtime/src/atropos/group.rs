@@ -108,8 +108,8 @@ pub struct ScoredDataGroup {
 impl ScoredDataGroup {
     /// This group as JSON in `layout`: the bytes serialising it with serde writes
     /// ([`JsonLayout::to_vec`]), with `tokens` and `masks` — nearly all of a group — written
-    /// by an integer writer of its own (under half serde_json's instructions per integer) and
-    /// the other keys by serde.
+    /// by an integer writer of its own (cheaper per integer than serde_json's path) and the
+    /// other keys by serde.
     pub fn to_json(&self, layout: JsonLayout) -> Vec<u8> {
         let rest = layout.to_vec(&AfterLists::of(self));
         let ints: usize = self.tokens.iter().chain(&self.masks).map(Vec::len).sum();

@@ -82,8 +82,7 @@ impl RequestUrl<'_> {
 
 /// The largest request body written so far, up to [`BODY_CAPACITY_MAX`]: the next one's
 /// buffer starts that large. `RequestBuilder::json` grows its buffer from empty, and a chat
-/// body (the tool schemas' text, then the whole conversation) was copied at each doubling (1%
-/// of the framework's CPU in a `perf` profile of the `vs_python` bench).
+/// body (the tool schemas' text, then the whole conversation) was copied at each doubling.
 static BODY_CAPACITY: AtomicUsize = AtomicUsize::new(0);
 
 /// A rare large body (images, a long document) does not make every later buffer as large.

@@ -36,8 +36,8 @@ pub(crate) struct PieceEncoder {
     memo: Mutex<Memo>,
 }
 
-/// Both sets are keyed by the piece's hash, computed once per piece (SipHash over every piece,
-/// twice, was 3% of a turn's instructions); a kept piece is compared with its text before use.
+/// Both sets are keyed by the piece's hash, computed once per piece (hashing every piece twice
+/// showed in a turn's profile); a kept piece is compared with its text before use.
 #[derive(Default)]
 struct Memo {
     /// Hashes of pieces seen once: a piece is remembered when it comes again, so one-off
