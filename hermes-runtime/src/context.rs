@@ -88,7 +88,7 @@ impl ToolContext {
     }
 
     /// Asks the run's own inference server (an LLM judge) and returns the answer's text:
-    /// no tools, temperature 0, at most [`JUDGE_MAX_TOKENS`] tokens, under the evaluation
+    /// no tools, temperature 0, at most `JUDGE_MAX_TOKENS` tokens, under the evaluation
     /// request limit so judging never starves training rollouts. With `--testing true` the
     /// scripted server answers (its reference policy has no solution for a judge prompt), so
     /// rewards should fall back to a heuristic when the answer does not parse.

@@ -1,5 +1,5 @@
 //! The generated binary's `main`: parse the command line, resolve the config, plan the run
-//! ([`RunPlan`], pure), start its [`Services`] and dispatch to a mode's entry
+//! (`RunPlan`, pure), start its `Services` and dispatch to a mode's entry
 //! (`modes::{process,evaluate,serve}::main`). Errors are one line on stderr with exit code 2. The first
 //! SIGINT/SIGTERM stops a run gracefully (exit 0, see [`crate::shutdown`]); a second cancels
 //! it (exit 130). Every sandbox is torn down either way.

@@ -161,7 +161,7 @@ pub struct TrajectoryApi {
     poll: Duration,
 }
 
-/// The body of a POST: JSON, gzipped when at least [`GZIP_THRESHOLD`] bytes and smaller so.
+/// The body of a POST: JSON, gzipped when at least `GZIP_THRESHOLD` bytes and smaller so.
 pub fn encode_body(json: Vec<u8>) -> (Vec<u8>, bool) {
     if json.len() < GZIP_THRESHOLD {
         return (json, false);

@@ -8,8 +8,8 @@
 //! `authorization` / `cookie`. By shape: credentials in URLs (`scheme://user:pass@host` keeps
 //! only `scheme://<redacted>@host`), `Bearer …` tokens, `NAME=value` strings whose name is
 //! secret, and every value of `container_env`. By value: the run's own secrets
-//! ([`remember_secret`], filled at start from the process environment and the server api
-//! keys) are replaced wherever they appear verbatim ([`scrub`]).
+//! (`remember_secret`, filled at start from the process environment and the server api
+//! keys) are replaced wherever they appear verbatim (`scrub`).
 
 use std::borrow::Cow;
 use std::sync::RwLock;
@@ -91,7 +91,7 @@ fn redact_env_list(v: &mut Value) {
 }
 
 /// Secrets inside free text: URL userinfo, `Bearer` tokens, `NAME=value` with a secret
-/// name, and the known secret values ([`scrub`]).
+/// name, and the known secret values (`scrub`).
 pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
     let mut out = Cow::Borrowed(text);
     if out.contains("://") {
@@ -187,7 +187,7 @@ fn redact_assignments(text: &str) -> String {
 /// The run's own secret values, scrubbed from text sinks.
 static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
-/// Adds a secret value (an api key, a token) to the values [`scrub`] removes; values
+/// Adds a secret value (an api key, a token) to the values `scrub` removes; values
 /// shorter than 8 characters are ignored.
 pub(crate) fn remember_secret(value: &str) {
     if value.len() < MIN_SCRUBBED_LEN || value == REDACTED {

@@ -33,6 +33,8 @@ macro_rules! config_section {
         }
     ) => {
         $(#[$meta])*
+        // The field docs are the flags' `--help` text (`[user@]host`, `[\"a\", \"b\"]`), not links.
+        #[allow(rustdoc::broken_intra_doc_links)]
         #[derive(Clone, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(default)]
         pub struct $name {

@@ -1,5 +1,5 @@
 //! Visible drops: groups dropped by the upstream group rules are counted per reason and
-//! announced at WARN — the first at once, then at most once per [`ANNOUNCE_EVERY`] with the
+//! announced at WARN — the first at once, then at most once per `ANNOUNCE_EVERY` with the
 //! counts since the last announcement and the knob that changes each rule.
 
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! `<bin> view FILE.jsonl` for any Atropos JSONL). What the page shows of each group (its
 //! conversations and `group_overrides`, not its tokens and masks, which were 95% of the
 //! bytes) is streamed into it as data, never held in memory whole, with a small score
-//! index; a `process` run keeps those lines as it writes the JSONL ([`ShownLines`]), so the
+//! index; a `process` run keeps those lines as it writes the JSONL (`ShownLines`), so the
 //! viewer does not read the JSONL again. The page's script renders
 //! groups lazily, 20 at a time as you scroll, so a 100 MB file opens quickly. Each rollout
 //! shows its reward and its conversation: roles, reasoning, tool calls with pretty-printed
@@ -292,7 +292,7 @@ fn index_scores(scores: &[Option<f64>], rollouts: usize) -> Vec<Option<f64>> {
 
 /// [`render`] with the index of the first lines already known (`known[k]` = the scores
 /// and the number of message lists of the k-th non-empty line, as its writer had them):
-/// those lines are already the page's data ([`ShownLines`]) and are copied as they are.
+/// those lines are already the page's data (`ShownLines`) and are copied as they are.
 /// Lines past `known` are parsed.
 fn render_indexed(
     title: &str,
@@ -395,7 +395,7 @@ pub(crate) fn write_viewer_of_run(
     write_viewer(jsonl_path, html_path, input, &known)
 }
 
-/// The viewer of `jsonl_path` from `input` (its lines, or those of [`ShownLines`] with their
+/// The viewer of `jsonl_path` from `input` (its lines, or those of `ShownLines` with their
 /// index in `known`), written to `html_path`.
 fn write_viewer(
     jsonl_path: &Path,

@@ -124,7 +124,7 @@ impl TokenSource {
 }
 
 /// Read access to the environment from rollouts: `&E` itself (process, evaluate), or a
-/// [`SharedEnv`] that the serve loop also locks for `get_next_item` while workers run.
+/// `SharedEnv` that the serve loop also locks for `get_next_item` while workers run.
 pub trait EnvAccess: Send + Sync {
     /// The environment.
     type Env: Environment;

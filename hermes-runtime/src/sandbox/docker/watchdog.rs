@@ -98,7 +98,7 @@ pub struct Watched {
 }
 
 /// The `sandbox watch` side: waits for the parent's end, then removes run `run_id`'s
-/// containers in passes ([`PASSES`], or [`PASSES_AFTER_CLEAN_EXIT`] with stdout and stderr
+/// containers in passes (`PASSES`, or `PASSES_AFTER_CLEAN_EXIT` with stdout and stderr
 /// closed after a goodbye).
 pub async fn watch(docker: &Docker, run_id: &str) -> Result<Watched, SandboxError> {
     let clean = tokio::task::spawn_blocking(|| {
