@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Largest file `read_file` loads into memory (100 MiB).
 pub const READ_LIMIT: u64 = 100 * 1024 * 1024;

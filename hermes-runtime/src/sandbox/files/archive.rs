@@ -18,7 +18,8 @@ use super::bounded::{open_regular, read_capped};
 use super::links::{
     check_no_link_ancestors, link_resolves_inside, refuse_dir_over_link, write_link,
 };
-use super::{SandboxError, Transfer};
+use crate::sandbox::api::Transfer;
+use crate::sandbox::error::SandboxError;
 
 /// Longest time one archive download may stream, first byte to last (a stalled daemon or a
 /// `tar` that never finishes fails instead of hanging the tool call).

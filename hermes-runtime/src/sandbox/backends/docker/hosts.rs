@@ -19,10 +19,11 @@ use tracing::{info, warn};
 
 use super::lifecycle::remove_live_at;
 use super::{reaper, DockerProvider, DockerSettings};
-use crate::sandbox::{
-    ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
-    Transfer,
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
+use crate::sandbox::change_scan::ChangeScan;
+use crate::sandbox::error::SandboxError;
 
 /// How often each host is asked whether it is alive.
 const PROBE_EVERY: Duration = Duration::from_secs(1);

@@ -36,9 +36,11 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 
+use super::output::CappedOutput;
+use super::proc_table::ticks_now;
 use super::shell::{nonce, OutputSync};
-use super::tripwire::ticks_now;
-use super::{CappedOutput, ExecOutput, ExecRequest, SandboxError};
+use crate::sandbox::api::{ExecOutput, ExecRequest};
+use crate::sandbox::error::SandboxError;
 
 /// The shell's script (the output channel moves to fd 3, so job notices on fd 2 are dropped);
 /// its arguments are candidate paths of the working-directory state file

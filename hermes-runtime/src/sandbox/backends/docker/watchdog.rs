@@ -23,7 +23,7 @@ use tracing::warn;
 
 use super::lifecycle::{remove_container, Endpoint};
 use super::LABEL_RUN;
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Seconds after the parent's death at which the watchdog removes the run's containers (the
 /// later passes catch creations the daemon finished after the client was gone).

@@ -22,20 +22,26 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
-use super::archive::{copy_file, copy_tree};
-use super::bounded::{read_regular, READ_LIMIT};
-use super::direct::{launch, InPlaceOf, Launch};
-use super::links::check_no_link_ancestors;
-use super::persistent::{
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+};
+use crate::sandbox::change_scan::ChangeScan;
+use crate::sandbox::error::SandboxError;
+use crate::sandbox::exec::direct::{launch, InPlaceOf, Launch};
+use crate::sandbox::exec::output::CappedOutput;
+use crate::sandbox::exec::persistent::{
     exec_word, frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
 };
-use super::process_groups::{kill_group, ProcessGroups};
-use super::shell::{exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader};
-use super::tripwire::{ticks_now, Birth, FrameworkShell, WIRE_TIMEOUT};
-use super::{
-    CappedOutput, ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider,
-    SandboxSpec, Transfer,
+use crate::sandbox::exec::proc_table::ticks_now;
+use crate::sandbox::exec::process_groups::{kill_group, ProcessGroups};
+use crate::sandbox::exec::shell::{
+    exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader,
 };
+use crate::sandbox::files::archive::{copy_file, copy_tree};
+use crate::sandbox::files::bounded::{read_regular, READ_LIMIT};
+use crate::sandbox::files::links::check_no_link_ancestors;
+use crate::sandbox::integrity::leftovers::{kill_local_leftovers, Birth, FrameworkShell};
+use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
 /// that closed the stream, or a daemon that keeps writing).
@@ -977,12 +983,7 @@ impl Sandbox for LocalSandbox {
         // it is registered as a `FrameworkShell`, which every scan passes over.
         let groups = self.process_groups.current();
         let (home, keep, birth) = (self.dir.clone(), keep.to_vec(), self.birth);
-        blocking(move || {
-            Ok(super::tripwire::kill_local_leftovers(
-                &home, &groups, &keep, &birth,
-            ))
-        })
-        .await
+        blocking(move || Ok(kill_local_leftovers(&home, &groups, &keep, &birth))).await
     }
 
     async fn scan_changes(

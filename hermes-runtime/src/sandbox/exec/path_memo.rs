@@ -234,7 +234,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     use super::*;
-    use crate::sandbox::direct::find_program;
+    use crate::sandbox::exec::direct::find_program;
 
     fn program(dir: &Path, name: &str) -> PathBuf {
         let p = dir.join(name);

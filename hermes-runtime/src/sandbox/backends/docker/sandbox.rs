@@ -26,17 +26,19 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
 use super::{Container, Shared};
-use crate::sandbox::archive::{
-    fetch_following_links, pack, unpack, PackSource, TarStream, Unpack, Unpacked,
-};
-use crate::sandbox::persistent::{
+use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
+use crate::sandbox::error::SandboxError;
+use crate::sandbox::exec::output::CappedOutput;
+use crate::sandbox::exec::persistent::{
     frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
 };
-use crate::sandbox::remote_path::{normalize, parent_of};
-use crate::sandbox::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use crate::sandbox::{
-    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer, READ_LIMIT,
+use crate::sandbox::exec::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use crate::sandbox::files::archive::{
+    fetch_following_links, pack, unpack, PackSource, TarStream, Unpack, Unpacked,
 };
+use crate::sandbox::files::bounded::READ_LIMIT;
+use crate::sandbox::files::remote_path::{normalize, parent_of};
+use crate::sandbox::integrity::tripwire::kill_leftovers_inside;
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
 /// stream), output is still read until the stream is quiet this long …
@@ -852,7 +854,7 @@ impl Sandbox for DockerSandbox {
 
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
         // Inside a container everything but init and the entrypoint is the agent's.
-        crate::sandbox::tripwire::kill_leftovers_inside(self, keep).await
+        kill_leftovers_inside(self, keep).await
     }
 
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {

@@ -19,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::path_memo::remembered;
 use super::persistent::exec_word;
-use crate::context::CLEAN_PREAMBLE;
+use super::preamble::CLEAN_PREAMBLE;
 
 /// What to start for one command: the program file, its argv (argv\[0\] is the name as
 /// typed, as bash passes it), the working directory and the whole environment.

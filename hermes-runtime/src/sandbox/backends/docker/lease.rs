@@ -21,7 +21,7 @@ use super::lifecycle::{
     register, shutting_down, unix_now, unregister, ContainerGuard, Endpoint, Owner,
 };
 use super::{create_error, LABEL_CREATED, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, ROLE_LEASE};
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Name prefix of every lease container.
 pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use super::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Links followed while resolving one target (the kernel's limit is 40).
 const MAX_HOPS: usize = 40;

@@ -11,7 +11,7 @@ use bollard::query_parameters::{RemoveContainerOptions, WaitContainerOptionsBuil
 use bollard::{ClientVersion, Docker};
 use tracing::{debug, warn};
 
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Label every container of this project carries (value `1`).
 pub const LABEL_MANAGED: &str = "hermes-env";

@@ -22,14 +22,17 @@ use tokio::process::{Child, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::warn;
 
-use super::archive::{fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked};
-use super::bounded::READ_LIMIT;
-use super::remote_path::{normalize, parent_of};
-use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use super::{
-    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
-    Transfer,
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
+use crate::sandbox::error::SandboxError;
+use crate::sandbox::exec::output::CappedOutput;
+use crate::sandbox::exec::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use crate::sandbox::files::archive::{
+    fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked, ARCHIVE_DEADLINE,
+};
+use crate::sandbox::files::bounded::READ_LIMIT;
+use crate::sandbox::files::remote_path::{normalize, parent_of};
 
 /// `PATH` of remote commands.
 const REMOTE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -393,7 +396,7 @@ impl SshSandbox {
         let packed = done
             .await
             .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))??;
-        let out = tokio::time::timeout(super::archive::ARCHIVE_DEADLINE, child.wait_with_output())
+        let out = tokio::time::timeout(ARCHIVE_DEADLINE, child.wait_with_output())
             .await
             .map_err(|_| SandboxError::Io(format!("{abs}: the upload did not finish in time")))?
             .map_err(|e| SandboxError::Io(format!("ssh: {e}")))?;

@@ -4,7 +4,7 @@
 
 use bollard::{ClientVersion, Docker};
 
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// A client for `ssh://[user@]host[?key=PATH]` (no request is made). `?key=` is the private
 /// key to log in with (`ssh -i`, and no other key); without it ssh's own configuration

@@ -17,7 +17,7 @@
 
 use std::sync::Mutex;
 
-use super::tripwire::{process_row, ticks_now};
+use super::proc_table::{process_row, ticks_now};
 
 /// The live process groups of one sandbox.
 #[derive(Debug, Default)]

@@ -26,8 +26,9 @@ use tokio::sync::{Mutex as AsyncMutex, OnceCell, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
-use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 use crate::config::HermesEnvConfig;
+use crate::sandbox::api::{Sandbox, SandboxProvider, SandboxSpec};
+use crate::sandbox::error::SandboxError;
 pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
 use lifecycle::{register, register_daemon, unregister, ContainerGuard};
