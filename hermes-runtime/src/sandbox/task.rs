@@ -108,7 +108,7 @@ impl TaskSandbox {
         };
         match tokio::spawn(async move { sandbox.teardown().await }).await {
             Ok(result) => result,
-            Err(e) => Err(SandboxError::Io(format!("teardown task failed: {e}"))),
+            Err(e) => Err(SandboxError::worker("teardown task", e)),
         }
     }
 }

@@ -335,8 +335,10 @@ impl SandboxProvider for LocalProvider {
         let dir = self.root.join(format!("task-{safe}"));
         // One `mkdir` in the run's root, made on this thread like the `stat`s of a command's
         // launch: a hand-off to the blocking pool and back costs more CPU than the call.
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
+            doing: format!("creating {}", dir.display()),
+            source: e,
+        })?;
         Ok(Arc::new(LocalSandbox::in_env(
             task_id,
             dir,
@@ -496,7 +498,7 @@ impl LocalSandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
+            .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
             self.process_groups.add(pgid, before);
@@ -565,7 +567,7 @@ impl LocalSandbox {
         }
         let exit_code = match status {
             Some(Ok(s)) => exit_code(s),
-            Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for command: {e}"))),
+            Some(Err(e)) => return Err(SandboxError::host_io("waiting for command", e)),
             None => -1,
         };
         Ok(ExecOutput::finished(capture, exit_code))
@@ -604,7 +606,7 @@ impl LocalSandbox {
         launch: &Launch,
         request: &ExecRequest,
     ) -> Result<Option<ExecOutput>, SandboxError> {
-        let io = |e: std::io::Error| SandboxError::Io(format!("output pipe: {e}"));
+        let io = |e: std::io::Error| SandboxError::host_io("output pipe", e);
         let (writer, mut reader) = tokio::net::unix::pipe::pipe().map_err(io)?;
         let stdout = writer.into_blocking_fd().map_err(io)?;
         let stderr = stdout.try_clone().map_err(io)?;
@@ -633,8 +635,12 @@ impl LocalSandbox {
         let mut buf = Vec::with_capacity(16 * 1024);
         let (mut eof, mut status, mut drain_until) = (false, None, None);
         let status = loop {
-            let until = match &status {
-                Some(exit) if eof => break exit,
+            if eof {
+                if let Some(exit) = status.take() {
+                    break exit;
+                }
+            }
+            let until = match status {
                 Some(_) => *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX),
                 None => deadline,
             };
@@ -648,7 +654,7 @@ impl LocalSandbox {
                 },
                 exit = child.wait(), if status.is_none() => status = Some(exit),
                 _ = sleep_until(until) => {
-                    if let Some(exit) = &status {
+                    if let Some(exit) = status.take() {
                         break exit;
                     }
                     if let Some(pgid) = pgid {
@@ -660,8 +666,8 @@ impl LocalSandbox {
             }
         };
         match status {
-            Ok(s) => Ok(Some(ExecOutput::finished(capture, exit_code(*s)))),
-            Err(e) => Err(SandboxError::Io(format!("waiting for command: {e}"))),
+            Ok(s) => Ok(Some(ExecOutput::finished(capture, exit_code(s)))),
+            Err(e) => Err(SandboxError::host_io("waiting for command", e)),
         }
     }
 
@@ -728,7 +734,7 @@ impl LocalSandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
+            .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
         let link = LocalLink {
             registered: child.id().map(FrameworkShell::register),
             pgid: child.id().map(|p| p as i32),
@@ -867,7 +873,7 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     match e.kind() {
         std::io::ErrorKind::NotFound => SandboxError::NotFound(path.display().to_string()),
         std::io::ErrorKind::IsADirectory => SandboxError::IsDirectory(path.display().to_string()),
-        _ => SandboxError::Io(format!("{}: {e}", path.display())),
+        _ => SandboxError::host_io(path.display().to_string(), e),
     }
 }
 
@@ -877,7 +883,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, SandboxError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| SandboxError::Io(format!("file-system thread failed: {e}")))?
+        .map_err(|e| SandboxError::worker("file-system thread", e))?
 }
 
 #[async_trait]

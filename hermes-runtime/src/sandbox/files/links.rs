@@ -142,7 +142,7 @@ pub(crate) fn write_link(dest: &Path, target: &Path) -> Result<(), SandboxError>
     }
     let _ = fs::remove_file(dest);
     std::os::unix::fs::symlink(target, dest)
-        .map_err(|e| SandboxError::Io(format!("{}: {e}", dest.display())))
+        .map_err(|e| SandboxError::host_io(dest.display().to_string(), e))
 }
 
 #[cfg(test)]

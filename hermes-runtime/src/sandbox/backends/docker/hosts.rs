@@ -243,15 +243,16 @@ async fn connect_host(settings: &DockerSettings, name: &str) -> Result<Host, San
             )))
         }
         Err(e) => {
-            return Err(SandboxError::Daemon(format!(
-                "Docker host {name}: cannot inspect image '{image}': {e}"
-            )))
+            return Err(SandboxError::docker(
+                format!("Docker host {name}: cannot inspect image '{image}'"),
+                e,
+            ))
         }
     }
     let info = docker
         .info()
         .await
-        .map_err(|e| SandboxError::Daemon(format!("Docker host {name}: info: {e}")))?;
+        .map_err(|e| SandboxError::docker(format!("Docker host {name}: info"), e))?;
     let (capacity, why) = capacity(&info, settings);
     info!("Docker host {name}: room for {capacity} sandboxes ({why})");
     Ok(Host {

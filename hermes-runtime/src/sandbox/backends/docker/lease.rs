@@ -161,7 +161,10 @@ async fn attach_new(docker: &Docker, spec: &LeaseSpec) -> Result<Attached, Sandb
     let AttachContainerResults { output, input } = docker
         .attach_container(&name, Some(attach))
         .await
-        .map_err(|e| SandboxError::Create(format!("attaching to the sandbox lease {name}: {e}")))?;
+        .map_err(|e| SandboxError::CreateDocker {
+            doing: format!("attaching to the sandbox lease {name}"),
+            source: e,
+        })?;
     docker
         .start_container(&name, None)
         .await

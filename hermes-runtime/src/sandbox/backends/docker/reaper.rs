@@ -91,7 +91,7 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
     let summaries = docker
         .list_containers(Some(options))
         .await
-        .map_err(|e| SandboxError::Daemon(format!("listing containers: {e}")))?;
+        .map_err(|e| SandboxError::docker("listing containers", e))?;
     let mut containers: Vec<ManagedContainer> = summaries
         .into_iter()
         .map(|c| {

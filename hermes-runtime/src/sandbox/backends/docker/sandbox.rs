@@ -138,20 +138,19 @@ impl std::fmt::Debug for DockerSandbox {
 /// Maps an API error on the container itself.
 fn container_error(name: &str, e: bollard::errors::Error) -> SandboxError {
     use bollard::errors::Error as E;
-    match e {
+    let state = match &e {
         E::DockerResponseServerError {
-            status_code: 404,
-            message,
-        } => SandboxError::Gone(format!("container {name} no longer exists ({message})")),
+            status_code: 404, ..
+        } => "no longer exists",
         E::DockerResponseServerError {
-            status_code: 409,
-            message,
-        } => SandboxError::Gone(format!("container {name} is not running ({message})")),
-        E::DockerResponseServerError {
-            status_code,
-            message,
-        } => SandboxError::Daemon(format!("{status_code}: {message}")),
-        other => SandboxError::Daemon(other.to_string()),
+            status_code: 409, ..
+        } => "is not running",
+        _ => return SandboxError::docker(format!("container {name}"), e),
+    };
+    SandboxError::ContainerGone {
+        container: name.to_owned(),
+        state,
+        source: e,
     }
 }
 
@@ -319,9 +318,9 @@ impl DockerSandbox {
             let _ = input.shutdown().await;
             let packed = done
                 .await
-                .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))??;
+                .map_err(|e| SandboxError::worker("packing thread", e))??;
             match write_error {
-                Some(e) => Err(SandboxError::Io(format!("sending the archive: {e}"))),
+                Some(e) => Err(SandboxError::host_io("sending the archive", e)),
                 None => Ok(Some(packed)),
             }
         };
@@ -473,7 +472,7 @@ impl DockerSandbox {
             .await;
         let packed = done
             .await
-            .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))?;
+            .map_err(|e| SandboxError::worker("packing thread", e))?;
         let stats = packed?;
         uploaded.map_err(|e| archive_error(self.name(), abs, e))?;
         Ok(stats)

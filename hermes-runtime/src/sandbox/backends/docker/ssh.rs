@@ -36,7 +36,7 @@ pub(super) fn client(host: &str, version: &ClientVersion) -> Result<Docker, Sand
         )));
     }
     Docker::connect_with_ssh(address, 120, version, key)
-        .map_err(|e| SandboxError::Daemon(format!("cannot connect to Docker at {host}: {e}")))
+        .map_err(|e| SandboxError::docker(format!("cannot connect to Docker at {host}"), e))
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError
     let ids: Vec<String> = docker
         .list_containers(Some(options))
         .await
-        .map_err(|e| SandboxError::Daemon(format!("listing containers: {e}")))?
+        .map_err(|e| SandboxError::docker("listing containers", e))?
         .into_iter()
         .filter_map(|c| c.id)
         .collect();
