@@ -73,7 +73,7 @@ static SETSID: LazyLock<Option<PathBuf>> = LazyLock::new(|| {
 /// kernel allows `TIOCSTI`, type into the user's shell. Without a terminal a new group is
 /// enough. With one, bash starts through `setsid(1)` (one more exec; std's `setsid` is not
 /// stable, and a `pre_exec` would make std fork this process, whose copy-on-write faults
-/// doubled the framework's CPU per turn in the benchmark); without `setsid(1)`, through that
+/// cost far more than the exec); without `setsid(1)`, through that
 /// fork, with one warning.
 fn bash_command(bash: &Path) -> Command {
     if !*HAS_TERMINAL {

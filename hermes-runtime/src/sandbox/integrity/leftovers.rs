@@ -78,8 +78,9 @@ pub(crate) fn kill_local_leftovers(
 }
 
 /// The pids of the persistent shells of this process's local sandboxes. A leftover scan
-/// reads nothing of them: the framework started them (each with its sandbox's `HOME`), and at
-/// 8 groups in flight their `stat` and environment reads were most of each scan. A pid here is
+/// reads nothing of them: the framework started them (each with its sandbox's `HOME`), and
+/// with many groups in flight their `stat` and environment reads would be most of each scan.
+/// A pid here is
 /// always the shell's own: it is registered while the shell is this process's unreaped child
 /// and unregistered before the shell is reaped (until then the kernel hands the pid to no one
 /// else).
@@ -109,8 +110,8 @@ fn framework_shells() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
 }
 
 /// The environment block of `pid` (`None` when it is gone or not ours to read). A process in
-/// the middle of `execve` shows an empty one for a moment (a `nohup setsid bash …` chain did in
-/// 4 % of reads here), so an empty block is read again, for up to 100 ms, before it is believed.
+/// the middle of `execve` shows an empty one for a moment (a `nohup setsid bash …` chain often
+/// does), so an empty block is read again, for up to 100 ms, before it is believed.
 fn environment(pid: u32) -> Option<Vec<u8>> {
     for _ in 0..20 {
         let env = read_proc(&format!("/proc/{pid}/environ"))?;
@@ -137,7 +138,7 @@ const BIRTH_SHARED_FOR: Duration = Duration::from_millis(50);
 
 impl Birth {
     /// Now, or a reading taken at most [`BIRTH_SHARED_FOR`] ago: a group's sandboxes are made
-    /// together, and the pid counter costs two `/proc` reads (15 µs here). An earlier birth is
+    /// together, and the pid counter costs two `/proc` reads. An earlier birth is
     /// always safe: the scans read more pids and processes, never fewer.
     pub fn now() -> Self {
         static LAST: Mutex<Option<(std::time::Instant, Birth)>> = Mutex::new(None);
@@ -187,19 +188,18 @@ impl Birth {
 /// The `/proc` readings the leftover scans share. A scan that is to take one waits
 /// [`PROC_READING_GATHER`] first for others to join: rollouts end spread over milliseconds,
 /// and each reading (the `/proc` listing, the pid counter, a `stat` read per live process
-/// started since) cost about 0.4 ms here.
+/// started since) is worth sharing.
 static PROC_READINGS: Coalesced<Birth, ProcReading> = Coalesced::gathering_for(PROC_READING_GATHER);
 
 /// How long a leftover scan waits for others to share its `/proc` reading: a rollout's
-/// verification starts that much later at most, against seconds of LLM turns; in the
-/// `vs_python` bench it took the framework's own CPU per turn from 0.386 to 0.350 ms (six
-/// alternating runs each, rollouts/s unchanged; 20 ms gained nothing more).
+/// verification starts that much later at most, against seconds of LLM turns, and the
+/// rollouts of a group that end together share one reading.
 const PROC_READING_GATHER: Duration = Duration::from_millis(10);
 
 /// One reading of `/proc` for the leftover scans waiting for it ([`Coalesced`]): a group's
 /// rollouts end together, and each scan listing `/proc` and reading the `stat` of every
-/// process started since its sandbox was made was a fifth of the framework's CPU per turn
-/// in the `vs_python` bench. A scan is given only a reading begun after it asked, as its own
+/// process started since its sandbox was made would repeat the same work. A scan is given
+/// only a reading begun after it asked, as its own
 /// would have been.
 struct ProcReading {
     /// The pid counter, read first.

@@ -599,8 +599,8 @@ impl DockerSandbox {
     /// rollout.
     async fn start_shell(&self) -> Result<PersistentShell<DockerLink>, SandboxError> {
         let id = nonce();
-        // Written three times per command: a tmpfs first (0.025 ms per command against 0.1 ms
-        // in `/tmp` on a fuse-overlayfs image layer), `/tmp` where it is not writable.
+        // Written three times per command: a tmpfs first (a write to `/tmp` on a
+        // fuse-overlayfs image layer is several times slower), `/tmp` where it is not writable.
         let state = [
             format!("/dev/shm/.hermes-cwd-{id}"),
             format!("/tmp/.hermes-cwd-{id}"),
