@@ -39,6 +39,8 @@ pub const LABEL_CREATED: &str = "hermes-env.created";
 pub const LABEL_DEADLINE: &str = "hermes-env.deadline";
 /// The environment's name.
 pub const LABEL_ENV: &str = "hermes-env.env";
+/// Name prefix of every lease container (`lease.rs`).
+pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";
 
 /// How long a removal may take before it is abandoned (the reaper catches the rest).
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -276,7 +278,7 @@ pub async fn remove_live_at(docker: &Docker, host: &str) -> (usize, usize) {
     let names: Vec<String> = lock(&REGISTRY.live)
         .iter()
         // Its lease, if it survived, is this run's own and stays.
-        .filter(|(n, e)| e.host == host && !n.starts_with(super::lease::LEASE_PREFIX))
+        .filter(|(n, e)| e.host == host && !n.starts_with(LEASE_PREFIX))
         .map(|(n, _)| n.clone())
         .collect();
     let (mut removed, mut failed) = (0, 0);
