@@ -1,5 +1,5 @@
 //! The clean context a verifier's commands run in, as a preamble of the framework's own
-//! ([`ExecRequest::with_preamble`](crate::sandbox::ExecRequest::with_preamble)).
+//! ([`ExecRequest::with_preamble`](crate::sandbox::api::ExecRequest::with_preamble)).
 
 /// Run before every reward command: the verifier starts in the sandbox home (not wherever the
 /// agent's shell was left), with a `PATH` stripped of the entries the agent fills by default
