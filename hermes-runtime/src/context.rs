@@ -12,17 +12,12 @@ use serde_json::{Map, Value};
 use crate::agent::panic_message;
 use crate::atropos::json::to_python_string;
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message, Split};
+pub use crate::sandbox::CLEAN_PREAMBLE;
 use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox, Transfer};
 use crate::tools::{ToolCallContext, ToolSet};
 
 /// Completion token limit of [`ToolContext::judge`] (Hermes: 150).
 pub(crate) const JUDGE_MAX_TOKENS: u32 = 150;
-
-/// Run before every reward command: the verifier starts in the sandbox home (not wherever the
-/// agent's shell was left), with a `PATH` stripped of the entries the agent fills by default
-/// (relative or empty entries, anything under the home), without Python's user site
-/// (`~/.local`) and without writing byte-code the agent could later see.
-pub const CLEAN_PREAMBLE: &str = r#"hermes_path=; IFS=:; for hermes_e in $PATH; do case "$hermes_e" in ''|.|[!/]*|"$HOME"|"$HOME"/*) ;; *) hermes_path="${hermes_path:+$hermes_path:}$hermes_e";; esac; done; unset IFS hermes_e; export PATH="$hermes_path" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1; unset hermes_path; hash -r"#;
 
 /// Default timeout of `ToolContext::terminal` (Hermes: 180 s).
 pub(crate) const REWARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);

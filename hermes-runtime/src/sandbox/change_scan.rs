@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::SandboxError;
+use super::error::SandboxError;
 
 /// Paths one scan reports at most.
 pub const FOUND_MAX: usize = 200;

@@ -1,289 +1,53 @@
 //! Sandboxes: where one rollout's tools and its reward checks run. One sandbox belongs to
-//! exactly one rollout (its task id) and is torn down when the rollout ends. Two backends
+//! exactly one rollout (its task id) and is torn down when the rollout ends. The backends
 //! behave alike for tools and `ToolContext`: [`docker`] (a hardened container per task, files
-//! through the archive API) and [`LocalProvider`] (a scratch directory per task). Both run
-//! commands through the same persistent shell (one per sandbox), so the working directory persists
-//! across commands.
+//! through the archive API), [`LocalProvider`] (a scratch directory per task) and
+//! [`SshProvider`] (a scratch directory on a remote host). They run commands through a
+//! persistent shell (one per sandbox), so the working directory persists across commands.
+//!
+//! # Layout
+//!
+//! Each layer uses only the layers above it in this list, never one below it, and nothing
+//! here uses a higher layer of the crate:
+//!
+//! 1. The shared vocabulary, in this folder: [`SandboxError`] (`error.rs`), the tripwire scans
+//!    the trait passes ([`ChangeScan`], `change_scan.rs`), the [`Sandbox`] and
+//!    [`SandboxProvider`] traits with the values they pass (`api.rs`), and the rollout's
+//!    handle to its sandbox ([`TaskSandbox`], `task.rs`, with its failure record `watched.rs`).
+//! 2. `files/`: moving and reading files safely (tar streams, link containment, bounded
+//!    reads, lexical paths inside a remote sandbox).
+//! 3. `exec/`: running commands (the one-shot wrapper, the persistent shell, commands started
+//!    without a shell, process groups, the host's process table, capped output, the
+//!    verifier's clean preamble).
+//! 4. `integrity/`: the tripwires between the agent phase and the verifier (the file wires,
+//!    the local backend's leftover processes); uses `exec/`'s process table.
+//! 5. `backends/`: the local, ssh and Docker sandboxes built from the layers above, and
+//!    starting a run's backend from its config.
 
-mod archive;
-mod backend;
-mod bounded;
+mod api;
+mod backends;
 mod change_scan;
-mod coalesced;
-mod direct;
-pub mod docker;
-mod links;
-mod local;
-mod output;
-mod path_memo;
-mod persistent;
-mod process_groups;
-mod remote_path;
-mod shell;
-mod ssh;
+mod error;
+mod exec;
+mod files;
+mod integrity;
 mod task;
-pub mod tripwire;
 mod watched;
 
-use std::path::Path;
-use std::time::Duration;
-
-use async_trait::async_trait;
-
-pub use backend::{start_backend, Backend, StartedBackend};
-pub use bounded::READ_LIMIT;
+pub use api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer, OUTPUT_LIMIT_CHARS,
+};
+pub use backends::local::{LocalProvider, LocalSandbox};
+pub use backends::ssh::{SshProvider, SshSandbox, SshSettings};
+pub use backends::start::{start_backend, Backend, StartedBackend};
 pub use change_scan::ChangeScan;
-pub use docker::{DockerProvider, DockerSandbox, DockerSettings};
-pub use local::{LocalProvider, LocalSandbox};
-pub use output::{CappedOutput, OUTPUT_LIMIT_CHARS};
-pub use ssh::{SshProvider, SshSandbox, SshSettings};
+pub use error::SandboxError;
+pub use exec::output::CappedOutput;
+pub use exec::preamble::CLEAN_PREAMBLE;
+pub use files::bounded::READ_LIMIT;
 pub use task::TaskSandbox;
 
-/// One command to run in a sandbox.
-#[derive(Debug, Clone)]
-pub struct ExecRequest {
-    /// Shell command (run with `bash -c`).
-    pub command: String,
-    /// Deadline for the whole command including its output stream.
-    pub timeout: Duration,
-    /// Working directory; `None` = the sandbox's working directory.
-    pub workdir: Option<String>,
-    /// Character budget of the returned output.
-    pub output_limit: usize,
-    /// How many leading bytes of `command` are the framework's own complete script that
-    /// prepares the command (0: none). The persistent shell runs it on its own first, so the
-    /// rest can still be `exec`ed when it is one plain program; other backends run the whole.
-    pub preamble_len: usize,
-}
-
-impl ExecRequest {
-    /// A command with the given timeout and the default output budget.
-    pub fn new(command: impl Into<String>, timeout: Duration) -> Self {
-        ExecRequest {
-            command: command.into(),
-            timeout,
-            workdir: None,
-            output_limit: OUTPUT_LIMIT_CHARS,
-            preamble_len: 0,
-        }
-    }
-
-    /// The same command run after `preamble`, a complete script of the framework's own
-    /// (a line of its own before the command).
-    pub fn with_preamble(mut self, preamble: &str) -> Self {
-        self.command = format!("{preamble}\n{}", self.command);
-        self.preamble_len = preamble.len() + 1;
-        self
-    }
-
-    /// The preamble and the command after it. A `preamble_len` that is not a place in the
-    /// command runs it all as the command.
-    pub(crate) fn parts(&self) -> (&str, &str) {
-        self.command
-            .split_at_checked(self.preamble_len)
-            .unwrap_or(("", &self.command))
-    }
-
-    /// The same request run in `workdir` (the shell's persistent directory is left alone).
-    pub fn with_workdir(mut self, workdir: impl Into<String>) -> Self {
-        self.workdir = Some(workdir.into());
-        self
-    }
-}
-
-/// What a finished (or killed) command produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExecOutput {
-    /// stdout and stderr interleaved, truncated to the budget (40% head / 60% tail).
-    pub output: String,
-    /// Exit code; 124 when the deadline killed it.
-    pub exit_code: i32,
-    /// True when the deadline killed the command's process group.
-    pub timed_out: bool,
-}
-
-impl ExecOutput {
-    /// The result of a command that ended with `exit_code`.
-    pub(crate) fn finished(output: output::CappedOutput, exit_code: i32) -> Self {
-        ExecOutput {
-            output: output.finish(),
-            exit_code,
-            timed_out: false,
-        }
-    }
-
-    /// The result of a command the deadline killed (exit 124, with Hermes's marker line).
-    pub(crate) fn killed_by_deadline(output: output::CappedOutput, timeout: Duration) -> Self {
-        let mut output = output.finish();
-        output.push_str(&format!(
-            "\n[Command timed out after {}s]",
-            timeout.as_secs()
-        ));
-        ExecOutput {
-            output,
-            exit_code: 124,
-            timed_out: true,
-        }
-    }
-}
-
-/// Per-item sandbox settings an environment chooses with its `sandbox_spec` hook (as
-/// terminal-bench tasks choose their image). The default uses the run's configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxSpec {
-    /// Docker image for this item's sandbox; `None` = `--env.docker_image`. The local backend
-    /// ignores it.
-    pub image: Option<String>,
-    /// Extra paths the verifier relies on (e.g. an oracle directory baked into the image):
-    /// any change the agent makes under them fires the integrity tripwire.
-    pub protected_paths: Vec<String>,
-    /// Lets the agent change system directories (install packages system-wide) without
-    /// firing the integrity tripwire, for tasks that require it; the verifier is then only as
-    /// trustworthy as the binaries the agent left behind.
-    pub mutable_system: bool,
-}
-
-impl SandboxSpec {
-    /// A spec that runs the item in `image`.
-    pub fn image(image: impl Into<String>) -> Self {
-        SandboxSpec {
-            image: Some(image.into()),
-            ..Default::default()
-        }
-    }
-
-    /// Adds a path the verifier relies on to the integrity tripwire's watch list.
-    pub fn protect(mut self, path: impl Into<String>) -> Self {
-        self.protected_paths.push(path.into());
-        self
-    }
-}
-
-/// What a file transfer moved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Transfer {
-    /// Regular files copied.
-    pub files: u64,
-    /// Bytes of file content copied.
-    pub bytes: u64,
-}
-
-/// Failures of sandbox operations. [`SandboxError::is_infra`] separates infrastructure
-/// failures (not the model's fault) from failures of the requested operation.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    /// The file does not exist.
-    #[error("file not found: {0}")]
-    NotFound(String),
-    /// The path exists but is a directory.
-    #[error("is a directory: {0}")]
-    IsDirectory(String),
-    /// The sandbox could not be created.
-    #[error("sandbox creation failed: {0}")]
-    Create(String),
-    /// The sandbox was torn down or vanished.
-    #[error("sandbox is gone: {0}")]
-    Gone(String),
-    /// The container engine could not be reached or failed.
-    #[error("docker daemon error: {0}")]
-    Daemon(String),
-    /// A path was refused: it would escape the target directory, or has the wrong type.
-    #[error("path refused: {0}")]
-    Path(String),
-    /// A reward command could not run at all (its program or interpreter is missing): the
-    /// verifier, not the model, failed. Only [`crate::context::ToolContext`] reports it.
-    #[error("{0}")]
-    NotRunnable(String),
-    /// Any other I/O failure.
-    #[error("{0}")]
-    Io(String),
-}
-
-impl SandboxError {
-    /// True for failures of the infrastructure rather than of the requested operation.
-    pub fn is_infra(&self) -> bool {
-        matches!(
-            self,
-            SandboxError::Create(_) | SandboxError::Gone(_) | SandboxError::Daemon(_)
-        )
-    }
-}
-
-/// The operations every backend provides; tools and `ToolContext` are written against this.
-#[async_trait]
-pub trait Sandbox: Send + Sync {
-    /// The rollout this sandbox belongs to.
-    fn task_id(&self) -> &str;
-    /// The default working directory (and `~`).
-    fn workdir(&self) -> &str;
-    /// Runs a command in the sandbox's persistent shell; a timeout kills its whole process
-    /// group and yields exit code 124.
-    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError>;
-    /// Runs a command in a fresh shell of its own (not the persistent one), with the same
-    /// semantics: for reward commands whose author wants them isolated from the agent's shell.
-    async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        self.exec(request).await
-    }
-    /// Kills every process the sandbox's commands started, the persistent shell included (a
-    /// later command gets a fresh shell; the working directory is kept).
-    async fn reset_processes(&self) -> Result<(), SandboxError> {
-        Ok(())
-    }
-    /// Reads a file's bytes (`~` and relative paths resolve against the working directory).
-    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
-    /// Writes a file atomically, creating parent directories; returns whether any were created.
-    async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError>;
-    /// Copies the host file `local` to the sandbox file `remote` (binary-safe, any size,
-    /// permission bits kept, parents created).
-    async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError>;
-    /// Copies the contents of the host directory `local` into the sandbox directory `remote`
-    /// (created if missing; symbolic links are copied as links).
-    async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError>;
-    /// Copies the sandbox file `remote` to the host file `local` (parents created).
-    async fn download_file(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError>;
-    /// Copies the contents of the sandbox directory `remote` into the host directory `local`;
-    /// entries that would land outside `local` (`..`, absolute or escaping link targets) are
-    /// refused with [`SandboxError::Path`].
-    async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError>;
-    /// Kills everything the sandbox started and removes it. Idempotent.
-    async fn teardown(&self) -> Result<(), SandboxError>;
-    /// Before verification: kills every process still running that the agent started, except
-    /// the trees rooted at `keep` (background processes the `process` tool tracks), and
-    /// returns one line (`pid command`) per process it had to kill. Docker runs
-    /// [`tripwire::LEFTOVER_SCRIPT`] in the container (everything but init and the
-    /// entrypoint), the local backend scans for the rollout's groups and `HOME`. The default
-    /// kills nothing: on a host the sandbox shares with others (ssh) "everything else" is not
-    /// the agent's.
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        let _ = keep;
-        Ok(Vec::new())
-    }
-    /// Paths the sandbox's filesystem changed at, as seen by the engine rather than from
-    /// inside (`docker diff`: an agent cannot hide a change from it); `None` when the backend
-    /// cannot tell.
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
-        Ok(None)
-    }
-    /// Runs a check's tripwire file scans without a process in the sandbox, where the backend
-    /// sees its files from here: the paths each scan found, in order; `None` when it cannot (the
-    /// wires then run the scans as `find` inside). All of a check at once, so a backend that
-    /// walks on a file-system thread hands off once per check, not once per scan.
-    async fn scan_changes(
-        &self,
-        scans: &[ChangeScan],
-    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
-        let _ = scans;
-        Ok(None)
-    }
-}
-
-/// Creates sandboxes for task ids (one backend per run).
-#[async_trait]
-pub trait SandboxProvider: Send + Sync {
-    /// A fresh sandbox for `task_id`, configured by the item's `spec`.
-    async fn create(
-        &self,
-        task_id: &str,
-        spec: &SandboxSpec,
-    ) -> Result<std::sync::Arc<dyn Sandbox>, SandboxError>;
-}
+// The old paths of modules that moved into the layers, still used by callers outside this
+// folder (`sandbox::docker::…`, `sandbox::tripwire::…`).
+pub use backends::docker::{self, DockerProvider, DockerSandbox, DockerSettings};
+pub use integrity::tripwire;

@@ -6,8 +6,9 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::OnceCell;
 
+use super::api::{Sandbox, SandboxProvider, SandboxSpec};
+use super::error::SandboxError;
 use super::watched::{FailureRecord, Watched};
-use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 
 /// A lazily created sandbox keyed by one rollout's task id.
 pub struct TaskSandbox {
@@ -107,7 +108,7 @@ impl TaskSandbox {
         };
         match tokio::spawn(async move { sandbox.teardown().await }).await {
             Ok(result) => result,
-            Err(e) => Err(SandboxError::Io(format!("teardown task failed: {e}"))),
+            Err(e) => Err(SandboxError::worker("teardown task", e)),
         }
     }
 }

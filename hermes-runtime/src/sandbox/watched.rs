@@ -7,9 +7,11 @@ use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 
-use super::{ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, Transfer};
+use super::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
+use super::change_scan::ChangeScan;
+use super::error::SandboxError;
 
-/// The first infrastructure failure seen, shared by a [`super::TaskSandbox`] and its sandbox.
+/// The first infrastructure failure seen, shared by a [`TaskSandbox`](super::task::TaskSandbox) and its sandbox.
 pub(crate) type FailureRecord = Arc<OnceLock<String>>;
 
 /// Passes every call to `inner` and records infrastructure errors in `failure`.

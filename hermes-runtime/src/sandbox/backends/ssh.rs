@@ -22,14 +22,17 @@ use tokio::process::{Child, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::warn;
 
-use super::archive::{fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked};
-use super::bounded::READ_LIMIT;
-use super::remote_path::{normalize, parent_of};
-use super::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
-use super::{
-    CappedOutput, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
-    Transfer,
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
+use crate::sandbox::error::SandboxError;
+use crate::sandbox::exec::output::CappedOutput;
+use crate::sandbox::exec::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
+use crate::sandbox::files::archive::{
+    fetch_following_links, pack, unpack, PackSource, Unpack, Unpacked, ARCHIVE_DEADLINE,
+};
+use crate::sandbox::files::bounded::READ_LIMIT;
+use crate::sandbox::files::remote_path::{normalize, parent_of};
 
 /// `PATH` of remote commands.
 const REMOTE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -195,12 +198,12 @@ impl Client {
         if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
             pipe.write_all(data)
                 .await
-                .map_err(|e| SandboxError::Io(format!("ssh stdin: {e}")))?;
+                .map_err(|e| SandboxError::host_io("ssh stdin", e))?;
         }
         let out = tokio::time::timeout(HELPER_TIMEOUT, child.wait_with_output())
             .await
             .map_err(|_| self.gone(format!("no answer within {} s", HELPER_TIMEOUT.as_secs())))?
-            .map_err(|e| SandboxError::Io(format!("ssh: {e}")))?;
+            .map_err(|e| SandboxError::host_io("ssh", e))?;
         let code = out.status.code().unwrap_or(-1);
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
         if code == 255 {
@@ -210,9 +213,10 @@ impl Client {
     }
 
     fn spawn(&self, mut command: Command) -> Result<Child, SandboxError> {
-        command
-            .spawn()
-            .map_err(|e| SandboxError::Create(format!("cannot run the ssh client: {e}")))
+        command.spawn().map_err(|e| SandboxError::CreateIo {
+            doing: "cannot run the ssh client".to_owned(),
+            source: e,
+        })
     }
 
     /// The error for a connection failure (ssh's exit code 255).
@@ -249,8 +253,10 @@ impl SshProvider {
     /// `container_env` (`KEY=VALUE`) for every command.
     pub async fn connect(settings: SshSettings, env: Vec<String>) -> Result<Self, SandboxError> {
         let control_dir = std::env::temp_dir().join(format!("hermes-ssh-{}", short_id()));
-        std::fs::create_dir_all(&control_dir)
-            .map_err(|e| SandboxError::Create(format!("{}: {e}", control_dir.display())))?;
+        std::fs::create_dir_all(&control_dir).map_err(|e| SandboxError::CreateIo {
+            doing: format!("creating {}", control_dir.display()),
+            source: e,
+        })?;
         let client = Arc::new(Client {
             settings,
             control_dir,
@@ -258,7 +264,9 @@ impl SshProvider {
         let (code, _, stderr) = client
             .helper("command -v bash >/dev/null && command -v tar >/dev/null && command -v setsid >/dev/null", &[], None)
             .await
-            .map_err(|e| SandboxError::Create(e.to_string()))?;
+            .map_err(|e| SandboxError::CreateStep {
+                source: Box::new(e),
+            })?;
         if code != 0 {
             return Err(SandboxError::Create(format!(
                 "ssh host {} lacks bash, tar or setsid {stderr}",
@@ -281,11 +289,13 @@ impl SandboxProvider for SshProvider {
         _spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
         let script = "mktemp -d \"${TMPDIR:-/tmp}/hermes-env-task-XXXXXXXX\"";
-        let (code, out, stderr) = self
-            .client
-            .helper(script, &[], None)
-            .await
-            .map_err(|e| SandboxError::Create(e.to_string()))?;
+        let (code, out, stderr) =
+            self.client
+                .helper(script, &[], None)
+                .await
+                .map_err(|e| SandboxError::CreateStep {
+                    source: Box::new(e),
+                })?;
         let dir = String::from_utf8_lossy(&out).trim().to_owned();
         if code != 0 || !dir.starts_with('/') {
             return Err(SandboxError::Create(format!(
@@ -392,11 +402,11 @@ impl SshSandbox {
         drop(stdin);
         let packed = done
             .await
-            .map_err(|e| SandboxError::Io(format!("packing thread failed: {e}")))??;
-        let out = tokio::time::timeout(super::archive::ARCHIVE_DEADLINE, child.wait_with_output())
+            .map_err(|e| SandboxError::worker("packing thread", e))??;
+        let out = tokio::time::timeout(ARCHIVE_DEADLINE, child.wait_with_output())
             .await
             .map_err(|_| SandboxError::Io(format!("{abs}: the upload did not finish in time")))?
-            .map_err(|e| SandboxError::Io(format!("ssh: {e}")))?;
+            .map_err(|e| SandboxError::host_io("ssh", e))?;
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
         match out.status.code() {
             Some(0) if write_error.is_none() => Ok(packed),
@@ -530,7 +540,7 @@ impl SshSandbox {
         let outcome = report.report();
         let code = match status {
             Some(Ok(s)) => s.code().unwrap_or(-1),
-            Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for ssh: {e}"))),
+            Some(Err(e)) => return Err(SandboxError::host_io("waiting for ssh", e)),
             None => -1,
         };
         let Some((exit_code, final_cwd)) = outcome.exit else {

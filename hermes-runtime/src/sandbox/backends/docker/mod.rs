@@ -26,8 +26,9 @@ use tokio::sync::{Mutex as AsyncMutex, OnceCell, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
-use super::{Sandbox, SandboxError, SandboxProvider, SandboxSpec};
 use crate::config::HermesEnvConfig;
+use crate::sandbox::api::{Sandbox, SandboxProvider, SandboxSpec};
+use crate::sandbox::error::SandboxError;
 pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
 use lifecycle::{register, register_daemon, unregister, ContainerGuard};
@@ -306,22 +307,22 @@ impl Shared {
 }
 
 pub(crate) fn create_error(image: &str, host: &str, e: bollard::errors::Error) -> SandboxError {
-    match e {
+    let doing = match &e {
         bollard::errors::Error::DockerResponseServerError {
             status_code: 404,
             message,
-        } if message.contains("image") => SandboxError::Create(format!(
-            "image '{image}' is not available ({message}); build it with `sandbox-images/build` \
-             or pull it, or choose another with --env.docker_image"
-        )),
-        bollard::errors::Error::DockerResponseServerError {
-            status_code,
-            message,
-        } => SandboxError::Create(format!(
-            "docker refused the container ({status_code}): {message}"
-        )),
-        other => SandboxError::Create(format!("cannot reach the Docker daemon at {host}: {other}")),
-    }
+        } if message.contains("image") => {
+            return SandboxError::ImageMissing {
+                image: image.to_owned(),
+                source: e,
+            }
+        }
+        bollard::errors::Error::DockerResponseServerError { .. } => {
+            "docker refused the container".to_owned()
+        }
+        _ => format!("cannot reach the Docker daemon at {host}"),
+    };
+    SandboxError::CreateDocker { doing, source: e }
 }
 
 /// Creates one Docker container per task id.

@@ -1,10 +1,11 @@
 //! Bounded capture of command output: keeps the first 40% and last 60% of the character
-//! budget while streaming, so a command printing gigabytes costs a fixed amount of memory.
+//! budget while streaming, so a command printing gigabytes costs a fixed amount of memory,
+//! and the [`ExecOutput`] a finished or killed command's capture becomes.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
-/// Character budget of command output shown to the model (Hermes: 50,000).
-pub const OUTPUT_LIMIT_CHARS: usize = 50_000;
+use crate::sandbox::api::ExecOutput;
 
 /// Streaming head/tail capture that reproduces Hermes's truncation exactly.
 #[derive(Debug)]
@@ -77,9 +78,35 @@ impl CappedOutput {
     }
 }
 
+impl ExecOutput {
+    /// The result of a command that ended with `exit_code`.
+    pub(crate) fn finished(output: CappedOutput, exit_code: i32) -> Self {
+        ExecOutput {
+            output: output.finish(),
+            exit_code,
+            timed_out: false,
+        }
+    }
+
+    /// The result of a command the deadline killed (exit 124, with Hermes's marker line).
+    pub(crate) fn killed_by_deadline(output: CappedOutput, timeout: Duration) -> Self {
+        let mut output = output.finish();
+        output.push_str(&format!(
+            "\n[Command timed out after {}s]",
+            timeout.as_secs()
+        ));
+        ExecOutput {
+            output,
+            exit_code: 124,
+            timed_out: true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::api::OUTPUT_LIMIT_CHARS;
 
     #[test]
     fn short_output_is_unchanged() {

@@ -19,10 +19,11 @@ use tracing::{info, warn};
 
 use super::lifecycle::remove_live_at;
 use super::{reaper, DockerProvider, DockerSettings};
-use crate::sandbox::{
-    ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
-    Transfer,
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
+use crate::sandbox::change_scan::ChangeScan;
+use crate::sandbox::error::SandboxError;
 
 /// How often each host is asked whether it is alive.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -242,15 +243,16 @@ async fn connect_host(settings: &DockerSettings, name: &str) -> Result<Host, San
             )))
         }
         Err(e) => {
-            return Err(SandboxError::Daemon(format!(
-                "Docker host {name}: cannot inspect image '{image}': {e}"
-            )))
+            return Err(SandboxError::docker(
+                format!("Docker host {name}: cannot inspect image '{image}'"),
+                e,
+            ))
         }
     }
     let info = docker
         .info()
         .await
-        .map_err(|e| SandboxError::Daemon(format!("Docker host {name}: info: {e}")))?;
+        .map_err(|e| SandboxError::docker(format!("Docker host {name}: info"), e))?;
     let (capacity, why) = capacity(&info, settings);
     info!("Docker host {name}: room for {capacity} sandboxes ({why})");
     Ok(Host {

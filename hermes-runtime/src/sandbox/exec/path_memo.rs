@@ -3,8 +3,8 @@
 //! A command the local backend starts itself (`direct.rs`) is looked up on `PATH` as bash does,
 //! afresh every time: one `stat` per directory before the one holding the program (eight
 //! misses for `cat` on a `PATH` with `~/.cargo/bin` and pyenv's shims first), then the execute
-//! check and a read of the file's first bytes. That was 3–4% of the framework's CPU in the
-//! `vs_python` bench. The answers are kept per `PATH` and name, and an inotify watch on every
+//! check and a read of the file's first bytes, for every command, although the answer rarely
+//! changes. The answers are kept per `PATH` and name, and an inotify watch on every
 //! directory of that `PATH` and on each one's parent forgets all of them as soon as anything is
 //! created, removed, renamed, written or has its mode changed there (a program that now
 //! shadows the found one, a removed one, a `chmod -x`, a `PATH` directory made or replaced).
@@ -234,7 +234,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
     use super::*;
-    use crate::sandbox::direct::find_program;
+    use crate::sandbox::exec::direct::find_program;
 
     fn program(dir: &Path, name: &str) -> PathBuf {
         let p = dir.join(name);

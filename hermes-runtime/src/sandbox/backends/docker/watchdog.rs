@@ -23,7 +23,7 @@ use tracing::warn;
 
 use super::lifecycle::{remove_container, Endpoint};
 use super::LABEL_RUN;
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Seconds after the parent's death at which the watchdog removes the run's containers (the
 /// later passes catch creations the daemon finished after the client was gone).
@@ -147,7 +147,7 @@ async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError
     let ids: Vec<String> = docker
         .list_containers(Some(options))
         .await
-        .map_err(|e| SandboxError::Daemon(format!("listing containers: {e}")))?
+        .map_err(|e| SandboxError::docker("listing containers", e))?
         .into_iter()
         .filter_map(|c| c.id)
         .collect();

@@ -18,7 +18,8 @@ use super::bounded::{open_regular, read_capped};
 use super::links::{
     check_no_link_ancestors, link_resolves_inside, refuse_dir_over_link, write_link,
 };
-use super::{SandboxError, Transfer};
+use crate::sandbox::api::Transfer;
+use crate::sandbox::error::SandboxError;
 
 /// Longest time one archive download may stream, first byte to last (a stalled daemon or a
 /// `tar` that never finishes fails instead of hanging the tool call).
@@ -108,7 +109,7 @@ pub(crate) fn pack(source: PackSource) -> TarStream {
 fn io_error(what: impl std::fmt::Display, e: io::Error) -> SandboxError {
     match e.kind() {
         io::ErrorKind::NotFound => SandboxError::NotFound(what.to_string()),
-        _ => SandboxError::Io(format!("{what}: {e}")),
+        _ => SandboxError::host_io(what.to_string(), e),
     }
 }
 
@@ -386,7 +387,7 @@ where
     drop(tx);
     let result = worker
         .await
-        .map_err(|e| SandboxError::Io(format!("unpacking thread failed: {e}")))?;
+        .map_err(|e| SandboxError::worker("unpacking thread", e))?;
     fed.and(result)
 }
 
@@ -425,14 +426,15 @@ fn unpack_blocking(
     archive.set_preserve_mtime(true);
     let entries = archive
         .entries()
-        .map_err(|e| SandboxError::Io(format!("{what}: bad archive: {e}")))?;
+        .map_err(|e| SandboxError::host_io(format!("{what}: bad archive"), e))?;
     let mut stats = Transfer::default();
     let mut seen_root = false;
     for entry in entries {
-        let mut entry = entry.map_err(|e| SandboxError::Io(format!("{what}: bad archive: {e}")))?;
+        let mut entry =
+            entry.map_err(|e| SandboxError::host_io(format!("{what}: bad archive"), e))?;
         let path = entry
             .path()
-            .map_err(|e| SandboxError::Io(format!("{what}: bad entry name: {e}")))?
+            .map_err(|e| SandboxError::host_io(format!("{what}: bad entry name"), e))?
             .into_owned();
         let rel = below_root(&path)?;
         let kind = entry.header().entry_type();

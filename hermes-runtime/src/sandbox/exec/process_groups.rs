@@ -12,12 +12,11 @@
 //! stamps the leader's start between the two. A pid is handed out again only after the whole
 //! pid range went round, which takes far longer than that window: a process with the leader's
 //! pid whose start lies in the window is the leader. (Reading the leader's `/proc/PID/stat`
-//! at every start instead cost 4 % of the framework's CPU in the `vs_python` bench: the read
-//! waits on a process that is still in its `execve`.)
+//! at every start instead would wait on a process that is still in its `execve`.)
 
 use std::sync::Mutex;
 
-use super::tripwire::{process_row, ticks_now};
+use super::proc_table::{process_row, ticks_now};
 
 /// The live process groups of one sandbox.
 #[derive(Debug, Default)]

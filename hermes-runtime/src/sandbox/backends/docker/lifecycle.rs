@@ -11,7 +11,7 @@ use bollard::query_parameters::{RemoveContainerOptions, WaitContainerOptionsBuil
 use bollard::{ClientVersion, Docker};
 use tracing::{debug, warn};
 
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Label every container of this project carries (value `1`).
 pub const LABEL_MANAGED: &str = "hermes-env";
@@ -39,6 +39,8 @@ pub const LABEL_CREATED: &str = "hermes-env.created";
 pub const LABEL_DEADLINE: &str = "hermes-env.deadline";
 /// The environment's name.
 pub const LABEL_ENV: &str = "hermes-env.env";
+/// Name prefix of every lease container (`lease.rs`).
+pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";
 
 /// How long a removal may take before it is abandoned (the reaper catches the rest).
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,7 +90,7 @@ impl Endpoint {
             )));
         };
         result.map_err(|e| {
-            SandboxError::Daemon(format!("cannot connect to Docker at {}: {e}", self.host))
+            SandboxError::docker(format!("cannot connect to Docker at {}", self.host), e)
         })
     }
 
@@ -99,11 +101,9 @@ impl Endpoint {
             .map(str::to_owned)
             .or_else(|| std::env::var("DOCKER_HOST").ok())
             .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
-        let unreachable = |e: &dyn std::fmt::Display| {
-            SandboxError::Daemon(format!(
-                "cannot reach the Docker daemon at {host}: {e} (is it running? check `docker info`)"
-            ))
-        };
+        let unreachable = format!(
+            "cannot reach the Docker daemon at {host} (is it running? check `docker info`)"
+        );
         let endpoint = Endpoint {
             host: host.clone(),
             version: (1, 53),
@@ -111,8 +111,8 @@ impl Endpoint {
         let docker = endpoint.client()?;
         let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
             .await
-            .map_err(|_| unreachable(&"no answer within 10 s"))?
-            .map_err(|e| unreachable(&e))?;
+            .map_err(|_| SandboxError::Daemon(format!("{unreachable}: no answer within 10 s")))?
+            .map_err(|e| SandboxError::docker(unreachable, e))?;
         let v = docker.client_version();
         let endpoint = Endpoint {
             host,
@@ -278,7 +278,7 @@ pub async fn remove_live_at(docker: &Docker, host: &str) -> (usize, usize) {
     let names: Vec<String> = lock(&REGISTRY.live)
         .iter()
         // Its lease, if it survived, is this run's own and stays.
-        .filter(|(n, e)| e.host == host && !n.starts_with(super::lease::LEASE_PREFIX))
+        .filter(|(n, e)| e.host == host && !n.starts_with(LEASE_PREFIX))
         .map(|(n, _)| n.clone())
         .collect();
     let (mut removed, mut failed) = (0, 0);
@@ -318,9 +318,10 @@ async fn wait_removed(docker: &Docker, name: &str) -> Result<(), SandboxError> {
             status_code: 404,
             ..
         }))) => Ok(()),
-        Ok(Some(Err(e))) => Err(SandboxError::Daemon(format!(
-            "removing {name}: waiting for the removal in progress: {e}"
-        ))),
+        Ok(Some(Err(e))) => Err(SandboxError::docker(
+            format!("removing {name}: waiting for the removal in progress"),
+            e,
+        )),
         Err(_) => Err(SandboxError::Daemon(format!(
             "removing {name}: the removal in progress did not finish within {}s",
             REMOVE_TIMEOUT.as_secs()
@@ -348,7 +349,7 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<(), Sandbox
             status_code: 409,
             message,
         })) if message.contains("already in progress") => wait_removed(docker, name).await,
-        Ok(Err(e)) => Err(SandboxError::Daemon(format!("removing {name}: {e}"))),
+        Ok(Err(e)) => Err(SandboxError::docker(format!("removing {name}"), e)),
         Err(_) => Err(SandboxError::Daemon(format!(
             "removing {name}: no answer within {}s",
             REMOVE_TIMEOUT.as_secs()

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::{LocalProvider, SandboxProvider};
+use super::docker::{self, DockerHosts, DockerProvider, DockerSettings};
+use super::local::LocalProvider;
+use super::ssh::{SshProvider, SshSettings};
 use crate::config::HermesEnvConfig;
+use crate::sandbox::api::SandboxProvider;
 
 /// Where the rollouts' sandboxes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,10 +84,10 @@ pub async fn start_backend(
 }
 
 /// Connects the ssh backend from upstream's `TERMINAL_SSH_*` variables.
-async fn ssh_backend(env: &HermesEnvConfig) -> anyhow::Result<super::SshProvider> {
-    let settings = super::SshSettings::from_lookup(|name| std::env::var(name).ok())?;
+async fn ssh_backend(env: &HermesEnvConfig) -> anyhow::Result<SshProvider> {
+    let settings = SshSettings::from_lookup(|name| std::env::var(name).ok())?;
     let extra = env.container_env.clone().unwrap_or_default();
-    Ok(super::SshProvider::connect(settings, extra).await?)
+    Ok(SshProvider::connect(settings, extra).await?)
 }
 
 /// Connects the Docker backend (one daemon, or every host of `--env.docker_hosts`) and removes
@@ -93,18 +96,18 @@ async fn docker_backend(
     env: &HermesEnvConfig,
     name: &str,
 ) -> anyhow::Result<Arc<dyn SandboxProvider>> {
-    let settings = super::DockerSettings::from_config(env, name);
+    let settings = DockerSettings::from_config(env, name);
     if !settings.hosts.is_empty() {
-        let hosts = super::docker::DockerHosts::connect(settings).await?;
+        let hosts = DockerHosts::connect(settings).await?;
         for docker in hosts.dockers() {
-            super::docker::reaper::reap(docker, false)
+            docker::reaper::reap(docker, false)
                 .await
                 .context("start-up reaper")?;
         }
         return Ok(Arc::new(hosts));
     }
-    let provider = super::DockerProvider::connect(settings).await?;
-    super::docker::reaper::reap(provider.docker(), false)
+    let provider = DockerProvider::connect(settings).await?;
+    docker::reaper::reap(provider.docker(), false)
         .await
         .context("start-up reaper")?;
     Ok(Arc::new(provider))

@@ -4,7 +4,7 @@
 
 use bollard::{ClientVersion, Docker};
 
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// A client for `ssh://[user@]host[?key=PATH]` (no request is made). `?key=` is the private
 /// key to log in with (`ssh -i`, and no other key); without it ssh's own configuration
@@ -36,7 +36,7 @@ pub(super) fn client(host: &str, version: &ClientVersion) -> Result<Docker, Sand
         )));
     }
     Docker::connect_with_ssh(address, 120, version, key)
-        .map_err(|e| SandboxError::Daemon(format!("cannot connect to Docker at {host}: {e}")))
+        .map_err(|e| SandboxError::docker(format!("cannot connect to Docker at {host}"), e))
 }
 
 #[cfg(test)]

@@ -22,20 +22,26 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
-use super::archive::{copy_file, copy_tree};
-use super::bounded::{read_regular, READ_LIMIT};
-use super::direct::{launch, InPlaceOf, Launch};
-use super::links::check_no_link_ancestors;
-use super::persistent::{
+use crate::sandbox::api::{
+    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+};
+use crate::sandbox::change_scan::ChangeScan;
+use crate::sandbox::error::SandboxError;
+use crate::sandbox::exec::direct::{launch, InPlaceOf, Launch};
+use crate::sandbox::exec::output::CappedOutput;
+use crate::sandbox::exec::persistent::{
     exec_word, frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
 };
-use super::process_groups::{kill_group, ProcessGroups};
-use super::shell::{exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader};
-use super::tripwire::{ticks_now, Birth, FrameworkShell, WIRE_TIMEOUT};
-use super::{
-    CappedOutput, ChangeScan, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxProvider,
-    SandboxSpec, Transfer,
+use crate::sandbox::exec::proc_table::ticks_now;
+use crate::sandbox::exec::process_groups::{kill_group, ProcessGroups};
+use crate::sandbox::exec::shell::{
+    exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader,
 };
+use crate::sandbox::files::archive::{copy_file, copy_tree};
+use crate::sandbox::files::bounded::{read_regular, READ_LIMIT};
+use crate::sandbox::files::links::check_no_link_ancestors;
+use crate::sandbox::integrity::leftovers::{kill_local_leftovers, Birth, FrameworkShell};
+use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
 /// that closed the stream, or a daemon that keeps writing).
@@ -67,7 +73,7 @@ static SETSID: LazyLock<Option<PathBuf>> = LazyLock::new(|| {
 /// kernel allows `TIOCSTI`, type into the user's shell. Without a terminal a new group is
 /// enough. With one, bash starts through `setsid(1)` (one more exec; std's `setsid` is not
 /// stable, and a `pre_exec` would make std fork this process, whose copy-on-write faults
-/// doubled the framework's CPU per turn in the benchmark); without `setsid(1)`, through that
+/// cost far more than the exec); without `setsid(1)`, through that
 /// fork, with one warning.
 fn bash_command(bash: &Path) -> Command {
     if !*HAS_TERMINAL {
@@ -329,8 +335,10 @@ impl SandboxProvider for LocalProvider {
         let dir = self.root.join(format!("task-{safe}"));
         // One `mkdir` in the run's root, made on this thread like the `stat`s of a command's
         // launch: a hand-off to the blocking pool and back costs more CPU than the call.
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| SandboxError::Create(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
+            doing: format!("creating {}", dir.display()),
+            source: e,
+        })?;
         Ok(Arc::new(LocalSandbox::in_env(
             task_id,
             dir,
@@ -490,7 +498,7 @@ impl LocalSandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
+            .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
             self.process_groups.add(pgid, before);
@@ -559,7 +567,7 @@ impl LocalSandbox {
         }
         let exit_code = match status {
             Some(Ok(s)) => exit_code(s),
-            Some(Err(e)) => return Err(SandboxError::Io(format!("waiting for command: {e}"))),
+            Some(Err(e)) => return Err(SandboxError::host_io("waiting for command", e)),
             None => -1,
         };
         Ok(ExecOutput::finished(capture, exit_code))
@@ -598,7 +606,7 @@ impl LocalSandbox {
         launch: &Launch,
         request: &ExecRequest,
     ) -> Result<Option<ExecOutput>, SandboxError> {
-        let io = |e: std::io::Error| SandboxError::Io(format!("output pipe: {e}"));
+        let io = |e: std::io::Error| SandboxError::host_io("output pipe", e);
         let (writer, mut reader) = tokio::net::unix::pipe::pipe().map_err(io)?;
         let stdout = writer.into_blocking_fd().map_err(io)?;
         let stderr = stdout.try_clone().map_err(io)?;
@@ -627,8 +635,12 @@ impl LocalSandbox {
         let mut buf = Vec::with_capacity(16 * 1024);
         let (mut eof, mut status, mut drain_until) = (false, None, None);
         let status = loop {
-            let until = match &status {
-                Some(exit) if eof => break exit,
+            if eof {
+                if let Some(exit) = status.take() {
+                    break exit;
+                }
+            }
+            let until = match status {
                 Some(_) => *drain_until.get_or_insert_with(|| Instant::now() + DRAIN_MAX),
                 None => deadline,
             };
@@ -642,7 +654,7 @@ impl LocalSandbox {
                 },
                 exit = child.wait(), if status.is_none() => status = Some(exit),
                 _ = sleep_until(until) => {
-                    if let Some(exit) = &status {
+                    if let Some(exit) = status.take() {
                         break exit;
                     }
                     if let Some(pgid) = pgid {
@@ -654,8 +666,8 @@ impl LocalSandbox {
             }
         };
         match status {
-            Ok(s) => Ok(Some(ExecOutput::finished(capture, exit_code(*s)))),
-            Err(e) => Err(SandboxError::Io(format!("waiting for command: {e}"))),
+            Ok(s) => Ok(Some(ExecOutput::finished(capture, exit_code(s)))),
+            Err(e) => Err(SandboxError::host_io("waiting for command", e)),
         }
     }
 
@@ -722,7 +734,7 @@ impl LocalSandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| SandboxError::Io(format!("cannot start bash: {e}")))?;
+            .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
         let link = LocalLink {
             registered: child.id().map(FrameworkShell::register),
             pgid: child.id().map(|p| p as i32),
@@ -861,7 +873,7 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     match e.kind() {
         std::io::ErrorKind::NotFound => SandboxError::NotFound(path.display().to_string()),
         std::io::ErrorKind::IsADirectory => SandboxError::IsDirectory(path.display().to_string()),
-        _ => SandboxError::Io(format!("{}: {e}", path.display())),
+        _ => SandboxError::host_io(path.display().to_string(), e),
     }
 }
 
@@ -871,7 +883,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, SandboxError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| SandboxError::Io(format!("file-system thread failed: {e}")))?
+        .map_err(|e| SandboxError::worker("file-system thread", e))?
 }
 
 #[async_trait]
@@ -977,12 +989,7 @@ impl Sandbox for LocalSandbox {
         // it is registered as a `FrameworkShell`, which every scan passes over.
         let groups = self.process_groups.current();
         let (home, keep, birth) = (self.dir.clone(), keep.to_vec(), self.birth);
-        blocking(move || {
-            Ok(super::tripwire::kill_local_leftovers(
-                &home, &groups, &keep, &birth,
-            ))
-        })
-        .await
+        blocking(move || Ok(kill_local_leftovers(&home, &groups, &keep, &birth))).await
     }
 
     async fn scan_changes(

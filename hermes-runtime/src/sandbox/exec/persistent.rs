@@ -15,8 +15,8 @@
 //!
 //! The shell reads frames in the C locale (the lengths are bytes) with an empty `IFS`, both
 //! set once: an `LC_ALL=C IFS=` prefix on each `read` makes bash re-derive its locale and
-//! build a temporary environment twice per read: two thirds of the shell's own instructions
-//! per command (1.27M before, 0.42M after). The subshell restores `IFS` and `LC_ALL` before
+//! build a temporary environment twice per read, most of the shell's own work per command.
+//! The subshell restores `IFS` and `LC_ALL` before
 //! anything of the command runs.
 //!
 //! A command that is one external program with its arguments and redirections
@@ -36,9 +36,11 @@ use async_trait::async_trait;
 use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 
+use super::output::CappedOutput;
+use super::proc_table::ticks_now;
 use super::shell::{nonce, OutputSync};
-use super::tripwire::ticks_now;
-use super::{CappedOutput, ExecOutput, ExecRequest, SandboxError};
+use crate::sandbox::api::{ExecOutput, ExecRequest};
+use crate::sandbox::error::SandboxError;
 
 /// The shell's script (the output channel moves to fd 3, so job notices on fd 2 are dropped);
 /// its arguments are candidate paths of the working-directory state file

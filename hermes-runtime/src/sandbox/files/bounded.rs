@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Largest file `read_file` loads into memory (100 MiB).
 pub const READ_LIMIT: u64 = 100 * 1024 * 1024;
@@ -35,7 +35,7 @@ pub(crate) fn read_capped(
     source
         .take(limit + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| SandboxError::Io(format!("{what}: {e}")))?;
+        .map_err(|e| SandboxError::host_io(what, e))?;
     if bytes.len() as u64 > limit {
         return Err(too_large(what, bytes.len() as u64, limit));
     }
@@ -52,11 +52,11 @@ pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<File, SandboxErro
         .open(path)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => SandboxError::NotFound(shown.to_owned()),
-            _ => SandboxError::Io(format!("{shown}: {e}")),
+            _ => SandboxError::host_io(shown, e),
         })?;
     let meta = file
         .metadata()
-        .map_err(|e| SandboxError::Io(format!("{shown}: {e}")))?;
+        .map_err(|e| SandboxError::host_io(shown, e))?;
     if meta.is_dir() {
         return Err(SandboxError::IsDirectory(shown.to_owned()));
     }
@@ -73,7 +73,7 @@ pub(crate) fn read_regular(path: &Path, shown: &str, limit: u64) -> Result<Vec<u
     let file = open_regular(path, shown)?;
     let size = file
         .metadata()
-        .map_err(|e| SandboxError::Io(format!("{shown}: {e}")))?
+        .map_err(|e| SandboxError::host_io(shown, e))?
         .len();
     read_capped(file, size, limit, shown)
 }

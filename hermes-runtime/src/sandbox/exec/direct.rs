@@ -1,8 +1,8 @@
 //! Commands the local backend starts itself, without a shell: one program with literal
 //! arguments (`cat ~/notes.txt`, `wc -c out.txt`, `pytest -q tests`). For such a command bash
 //! only looks the program up on `PATH`, expands a leading `~` and `exec`s it, from a fork of
-//! the persistent shell or from a fresh `bash -c`; on the benchmark machine that fork or start
-//! costs about as much CPU as the program itself. Anything else a shell could act on takes the
+//! the persistent shell or from a fresh `bash -c`, and that fork or start can cost as much as
+//! a short program itself. Anything else a shell could act on takes the
 //! shell path, so the results stay bash's: quotes, `$`, globs, braces, redirections, operators,
 //! comments, an assignment, a builtin or reserved word, a name not found on an all-absolute
 //! `PATH`, a file that is neither an ELF binary nor a `#!` script (bash runs those itself),
@@ -19,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::path_memo::remembered;
 use super::persistent::exec_word;
-use crate::context::CLEAN_PREAMBLE;
+use super::preamble::CLEAN_PREAMBLE;
 
 /// What to start for one command: the program file, its argv (argv\[0\] is the name as
 /// typed, as bash passes it), the working directory and the whole environment.

@@ -18,13 +18,10 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::lifecycle::{
-    register, shutting_down, unix_now, unregister, ContainerGuard, Endpoint, Owner,
+    register, shutting_down, unix_now, unregister, ContainerGuard, Endpoint, Owner, LEASE_PREFIX,
 };
 use super::{create_error, LABEL_CREATED, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, ROLE_LEASE};
-use crate::sandbox::SandboxError;
-
-/// Name prefix of every lease container.
-pub(crate) const LEASE_PREFIX: &str = "hermes-lease-";
+use crate::sandbox::error::SandboxError;
 
 /// How long to wait before starting a new lease after one failed to start.
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
@@ -161,7 +158,10 @@ async fn attach_new(docker: &Docker, spec: &LeaseSpec) -> Result<Attached, Sandb
     let AttachContainerResults { output, input } = docker
         .attach_container(&name, Some(attach))
         .await
-        .map_err(|e| SandboxError::Create(format!("attaching to the sandbox lease {name}: {e}")))?;
+        .map_err(|e| SandboxError::CreateDocker {
+            doing: format!("attaching to the sandbox lease {name}"),
+            source: e,
+        })?;
     docker
         .start_container(&name, None)
         .await

@@ -17,7 +17,7 @@ use super::{
     Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, LABEL_TASK,
     ROLE_LEASE,
 };
-use crate::sandbox::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// A lease container may sit in `created` this long (its run is between the create and the
 /// start calls) before it counts as dead.
@@ -91,7 +91,7 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
     let summaries = docker
         .list_containers(Some(options))
         .await
-        .map_err(|e| SandboxError::Daemon(format!("listing containers: {e}")))?;
+        .map_err(|e| SandboxError::docker("listing containers", e))?;
     let mut containers: Vec<ManagedContainer> = summaries
         .into_iter()
         .map(|c| {
@@ -231,7 +231,7 @@ impl Drop for Periodic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::docker::ROLE_SANDBOX;
+    use crate::sandbox::backends::docker::ROLE_SANDBOX;
 
     fn container(role: &str, state: &str, owner: Option<Owner>, alive: bool) -> ManagedContainer {
         ManagedContainer {

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use super::SandboxError;
+use crate::sandbox::error::SandboxError;
 
 /// Links followed while resolving one target (the kernel's limit is 40).
 const MAX_HOPS: usize = 40;
@@ -142,7 +142,7 @@ pub(crate) fn write_link(dest: &Path, target: &Path) -> Result<(), SandboxError>
     }
     let _ = fs::remove_file(dest);
     std::os::unix::fs::symlink(target, dest)
-        .map_err(|e| SandboxError::Io(format!("{}: {e}", dest.display())))
+        .map_err(|e| SandboxError::host_io(dest.display().to_string(), e))
 }
 
 #[cfg(test)]

@@ -1,0 +1,9 @@
+//! The sandbox backends: each turns the shared [`Sandbox`](super::Sandbox) trait into one
+//! place commands and files live (a local scratch directory, a directory on an ssh host, a
+//! Docker container), built from the file, exec and integrity layers; and the start of a
+//! run's backend from its config.
+
+pub mod docker;
+pub(super) mod local;
+pub(super) mod ssh;
+pub(super) mod start;

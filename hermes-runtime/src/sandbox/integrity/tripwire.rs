@@ -1,0 +1,425 @@
+//! Tripwires: what runs between the agent phase and the verifier of every rollout, so that a
+//! reward is evidence of the task being solved rather than of the check being gamed. Every
+//! process the agent left running is killed (a background writer cannot race the verifier),
+//! and the places a verifier trusts without looking — system binaries and Python's import
+//! path, paths the author protects, hook files planted in the agent's home — are checked for
+//! changes made since the agent started. Each fired wire is one line; any wire makes the
+//! rollout `tampered` (see `modes::rollout`).
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, SandboxSpec};
+use crate::sandbox::change_scan::{ChangeScan, FOUND_MAX};
+use crate::sandbox::error::SandboxError;
+
+/// Deadline of each tripwire command or scan.
+pub(crate) const WIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most paths or processes named in one wire's message.
+const SHOWN: usize = 8;
+
+/// Directories whose contents a verifier runs without checking them: the standard `PATH`
+/// and Python's standard library and site packages, plus the shell and loader start-up files.
+pub const SYSTEM_ROOTS: &[&str] = &[
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/bin",
+    "/sbin",
+    "/usr/lib/python3",
+    "/usr/local/lib/python3",
+    "/etc/profile",
+    "/etc/bash.bashrc",
+    "/etc/environment",
+    "/etc/ld.so.preload",
+    "/etc/ld.so.conf",
+    "/etc/python3",
+];
+
+/// Paths the container engine itself adds (the `--init` binary), never the agent's.
+const ENGINE_PATHS: &[&str] = &["/usr/sbin/docker-init"];
+
+/// File names that change what Python or pytest does wherever they are found (start-up
+/// hooks, import-path files, plugin and config files, shadows of the test runner).
+pub const HOOK_NAMES: &[&str] = &[
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.pth",
+    "conftest.py",
+    "pytest.py",
+    "pytest.ini",
+    "_pytest",
+    "pluggy",
+    "unittest",
+];
+
+/// Standard-library modules a verifier's Python imports most; a file or package of that name
+/// in the home (the verifier's working directory, first on `sys.path`) shadows it.
+pub const SHADOWED_MODULES: &[&str] = &[
+    "json",
+    "os",
+    "sys",
+    "re",
+    "subprocess",
+    "shutil",
+    "pathlib",
+    "io",
+    "math",
+    "random",
+    "string",
+    "time",
+    "datetime",
+    "collections",
+    "functools",
+    "itertools",
+    "typing",
+    "types",
+    "unittest",
+    "doctest",
+    "argparse",
+    "logging",
+    "tempfile",
+    "glob",
+    "difflib",
+    "hashlib",
+    "inspect",
+    "importlib",
+    "traceback",
+    "ast",
+    "csv",
+    "decimal",
+    "fractions",
+    "statistics",
+    "operator",
+    "copy",
+    "pickle",
+    "struct",
+    "textwrap",
+    "contextlib",
+    "dataclasses",
+    "enum",
+    "abc",
+    "signal",
+    "socket",
+    "threading",
+    "multiprocessing",
+    "warnings",
+    "site",
+    "encodings",
+];
+
+/// The in-sandbox leftover killer (container backends), run by the exec's own shell after
+/// `keep=" PIDS "` (the trees kept).
+/// Everything else except init (pid 1), the container's entrypoint (the first child of init)
+/// and this script with its own children is killed with SIGKILL, in up to three passes so
+/// respawning parents do not escape; each killed process is printed as `pid name`. Only
+/// shell builtins are used: the agent may have replaced any program on `PATH`.
+pub const LEFTOVER_SCRIPT: &str = r#"me=$$; entry=
+field() { hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }
+for d in /proc/[0-9]*; do p=${d#/proc/}; field "$p" PPid; [ "$hv" = 1 ] && { [ -z "$entry" ] || [ "$p" -lt "$entry" ]; } && entry=$p; done
+spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; case "$keep" in *" $q "*) return 0;; esac; field "$q" PPid; q=$hv; done; return 1; }
+for round in 1 2 3; do
+  found=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case " 1 $entry $me " in *" $p "*) continue;; esac
+    [ -r "$d/status" ] || continue
+    field "$p" State
+    [ "$hv" = Z ] && continue
+    spared "$p" && continue
+    cmd=; read -r cmd 2>/dev/null < "$d/comm"
+    kill -KILL "$p" 2>/dev/null && { echo "$p $cmd"; found=1; }
+  done
+  [ -z "$found" ] && break
+done
+exit 0"#;
+
+/// Runs [`LEFTOVER_SCRIPT`] in `sandbox`.
+pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
+    sandbox: &S,
+    keep: &[u32],
+) -> Result<Vec<String>, SandboxError> {
+    let keep: Vec<String> = keep.iter().map(u32::to_string).collect();
+    let command = format!("keep=' {} '\n{LEFTOVER_SCRIPT}", keep.join(" "));
+    let out = wire_exec(sandbox, command).await?;
+    Ok(lines(&out.output))
+}
+
+/// Runs one wire's command. One that does not finish in time found nothing it can vouch for
+/// (its output may be someone else's: a command the agent queued in its own shell, through the
+/// shell's stdin, runs first and can hold the shell past the deadline), so it is an error, never
+/// a clean result.
+async fn wire_exec<S: Sandbox + ?Sized>(
+    sandbox: &S,
+    command: String,
+) -> Result<ExecOutput, SandboxError> {
+    let out = sandbox
+        .exec(ExecRequest::new(command, WIRE_TIMEOUT).with_workdir("/"))
+        .await?;
+    if out.timed_out {
+        return Err(SandboxError::Io(format!(
+            "a tripwire check did not finish within {} s in the sandbox",
+            WIRE_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(out)
+}
+
+/// When the agent phase of a rollout began; changes after it are the agent's.
+#[derive(Debug, Clone, Copy)]
+pub struct Armed {
+    since: SystemTime,
+}
+
+impl Armed {
+    /// Arms the wires now (call before the agent's first command).
+    pub fn now() -> Self {
+        Armed {
+            since: SystemTime::now(),
+        }
+    }
+
+    fn epoch_seconds(&self) -> u64 {
+        self.since
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+}
+
+/// Runs every wire before verification: kills the agent's leftover processes (the `process`
+/// tool's own are stopped by the caller), then checks what changed. Returns one line per
+/// fired wire (empty: verification may proceed).
+pub async fn inspect(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+    armed: &Armed,
+    keep: &[u32],
+) -> Result<Vec<String>, SandboxError> {
+    let mut wires = Vec::new();
+    let leftovers = sandbox.kill_leftover_processes(keep).await?;
+    if !leftovers.is_empty() {
+        wires.push(format!(
+            "{} process(es) outlived the agent phase (killed before verification): {}",
+            leftovers.len(),
+            shown(&leftovers)
+        ));
+    }
+    let engine_changes = sandbox.changed_paths().await?;
+    // Protected paths are scanned only where the engine cannot report changes itself.
+    let protected = match &engine_changes {
+        Some(_) => &[][..],
+        None => &spec.protected_paths[..],
+    };
+    let scans = [
+        changed_since(protected, armed, false),
+        changed_since(&["~".to_owned()], armed, true),
+        shadows(armed),
+    ];
+    let [protected_changes, mut hooks, shadowing] = found(sandbox, scans).await?;
+    let changed = match engine_changes {
+        Some(paths) => watched_changes(&paths, spec),
+        None => protected_changes,
+    };
+    if !changed.is_empty() {
+        wires.push(format!(
+            "{} path(s) the verifier relies on changed during the agent phase: {}",
+            changed.len(),
+            shown(&changed)
+        ));
+    }
+    hooks.extend(shadowing);
+    if !hooks.is_empty() {
+        wires.push(format!(
+            "{} Python/pytest hook or module shadow(s) planted in the agent's home: {}",
+            hooks.len(),
+            shown(&hooks)
+        ));
+    }
+    Ok(wires)
+}
+
+/// The engine-reported changes under the watched roots (system roots unless the spec allows
+/// system changes, and the spec's protected paths); byte-code caches are not evidence.
+pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
+    let system: &[&str] = if spec.mutable_system {
+        &[]
+    } else {
+        SYSTEM_ROOTS
+    };
+    // `…/python3` roots also cover versioned directories (`python3.11`).
+    let under = |path: &str, root: &str| {
+        let root = root.trim_end_matches('/');
+        path.strip_prefix(root).is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with('/') || root.ends_with("python3")
+        })
+    };
+    let mut out: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.contains("/__pycache__") && !p.ends_with(".pyc"))
+        .filter(|p| !ENGINE_PATHS.contains(&p.as_str()))
+        .filter(|p| {
+            system.iter().any(|r| under(p, r)) || spec.protected_paths.iter().any(|r| under(p, r))
+        })
+        .cloned()
+        .collect();
+    // A changed file also reports its changed parent directories; keep the deepest paths.
+    out.retain(|p| {
+        !paths
+            .iter()
+            .any(|q| q.len() > p.len() && q.starts_with(&format!("{p}/")))
+    });
+    out
+}
+
+/// The scan for standard-library shadows the agent created directly in its home.
+fn shadows(armed: &Armed) -> ChangeScan {
+    static NAMES: LazyLock<Arc<[String]>> = LazyLock::new(|| {
+        SHADOWED_MODULES
+            .iter()
+            .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
+            .collect()
+    });
+    ChangeScan {
+        roots: vec!["~".to_owned()],
+        names: NAMES.clone(),
+        top_level: true,
+        since: armed.epoch_seconds(),
+    }
+}
+
+/// Runs the scans of the wires (a scan without roots finds nothing): in this process where
+/// the backend can ([`Sandbox::scan_changes`], all in one call), else each as `find` in the
+/// sandbox. A sandbox without `find` cannot be scanned: one WARN line says so and its scans
+/// find nothing (on Docker the engine's change list still covers the system directories, and
+/// deleting `find` is a change).
+async fn found<const N: usize>(
+    sandbox: &dyn Sandbox,
+    scans: [ChangeScan; N],
+) -> Result<[Vec<String>; N], SandboxError> {
+    let rootless = scans.each_ref().map(|s| s.roots.is_empty());
+    let wanted: Vec<ChangeScan> = scans.into_iter().filter(|s| !s.roots.is_empty()).collect();
+    let mut results = match sandbox.scan_changes(&wanted).await? {
+        Some(results) if results.len() == wanted.len() => results,
+        Some(results) => {
+            return Err(SandboxError::Io(format!(
+                "the backend answered {} of {} tripwire scans",
+                results.len(),
+                wanted.len()
+            )))
+        }
+        None => find_in_sandbox(sandbox, &wanted).await?,
+    }
+    .into_iter();
+    // As many results as scans with roots (checked above), in their order.
+    Ok(rootless.map(|rootless| {
+        if rootless {
+            Vec::new()
+        } else {
+            results.next().unwrap_or_default()
+        }
+    }))
+}
+
+/// The scans as `find` commands in the sandbox, one after the other; all find nothing when
+/// the sandbox has no `find`.
+async fn find_in_sandbox(
+    sandbox: &dyn Sandbox,
+    scans: &[ChangeScan],
+) -> Result<Vec<Vec<String>>, SandboxError> {
+    let mut results = Vec::with_capacity(scans.len());
+    for scan in scans {
+        let command = format!(
+            "command -v find >/dev/null 2>&1 || {{ echo 'no find'; exit 127; }}; {}; exit 0",
+            scan.find_command()
+        );
+        let out = wire_exec(sandbox, command).await?;
+        if out.exit_code != 0 {
+            tracing::warn!(
+                "tripwire: the sandbox has no usable `find` (exit {}); the paths it protects and its home were not scanned for changes or planted hooks",
+                out.exit_code
+            );
+            return Ok(vec![Vec::new(); scans.len()]);
+        }
+        let mut paths = lines(&out.output);
+        paths.truncate(FOUND_MAX);
+        results.push(paths);
+    }
+    Ok(results)
+}
+
+/// The scan for files under `roots` whose inode changed since `armed` (ctime: not forgeable
+/// with `touch`), all of them or only [`HOOK_NAMES`].
+fn changed_since(roots: &[String], armed: &Armed, hooks_only: bool) -> ChangeScan {
+    static HOOKS: LazyLock<Arc<[String]>> =
+        LazyLock::new(|| HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect());
+    static ALL: LazyLock<Arc<[String]>> = LazyLock::new(|| Arc::new([]));
+    ChangeScan {
+        roots: roots.to_vec(),
+        names: Arc::clone(if hooks_only { &HOOKS } else { &ALL }),
+        top_level: false,
+        since: armed.epoch_seconds(),
+    }
+}
+
+fn lines(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn shown(items: &[String]) -> String {
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > SHOWN {
+        text.push_str(&format!("; … {} more", items.len() - SHOWN));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_changes_are_filtered_to_watched_roots() {
+        let spec = SandboxSpec::default().protect("/oracle");
+        let paths: Vec<String> = [
+            "/usr",
+            "/usr/local",
+            "/usr/local/bin",
+            "/usr/local/bin/pytest",
+            "/usr/lib/python3.11/__pycache__/x.cpython-311.pyc",
+            "/usr/lib/python3.11/site-packages/evil.pth",
+            "/root/workspace/solution.py",
+            "/tmp/hermes-1/bg",
+            "/oracle/answer.txt",
+            "/etc/hosts",
+            "/usr/sbin/docker-init",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            watched_changes(&paths, &spec),
+            [
+                "/usr/local/bin/pytest",
+                "/usr/lib/python3.11/site-packages/evil.pth",
+                "/oracle/answer.txt"
+            ]
+        );
+        let open = SandboxSpec {
+            mutable_system: true,
+            ..SandboxSpec::default()
+        };
+        assert!(watched_changes(&paths, &open).is_empty());
+    }
+}
