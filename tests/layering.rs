@@ -1,6 +1,7 @@
-//! The runtime is a stack: a module may use the modules below it, never one above. This test
-//! reads `hermes-runtime/src` and fails on any `crate::<module>` path (outside comments and
-//! `#[cfg(test)]` modules) that runs back up the stack, naming the file and line.
+//! The runtime is a stack: a module may use the modules below it, never one above; the sandbox
+//! folder is a stack of its own. These tests read `hermes-runtime/src` and fail on any
+//! `crate::<module>` path (outside comments and `#[cfg(test)]` modules) that runs back up,
+//! naming the file and line.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,10 @@ const STACK: &[&str] = &[
     "tls",
     "config",
 ];
+
+/// The sandbox's sub-folders, top of its stack first; the files directly in `sandbox/` (the
+/// traits, errors and the task handle) are the bottom, used by all and using none.
+const SANDBOX_STACK: &[&str] = &["backends", "integrity", "exec", "files"];
 
 fn runtime_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("hermes-runtime/src")
@@ -160,6 +165,43 @@ fn no_module_uses_one_above_it() {
     assert!(
         upward.is_empty(),
         "imports running back up the stack (app → commands → … → sandbox → config):\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn no_sandbox_layer_uses_one_above_it() {
+    let sandbox = runtime_src().join("sandbox");
+    let mut files = Vec::new();
+    rust_files(&sandbox, &mut files);
+    files.sort();
+    let rank = |folder: &str| SANDBOX_STACK.iter().position(|f| *f == folder);
+    let mut upward = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&sandbox).expect("a file under sandbox/");
+        if rel == Path::new("mod.rs") {
+            continue; // the folder's root declares and re-exports every layer
+        }
+        let from = module_of(&sandbox, file);
+        // A file directly in `sandbox/` is the bottom layer: it may use no sub-folder.
+        let from_rank = rank(&from).unwrap_or(SANDBOX_STACK.len());
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for (line, code) in code_lines(&text) {
+            for (at, _) in code.match_indices("crate::sandbox::") {
+                for target in first_segments(&code[at + "crate::sandbox::".len()..]) {
+                    if rank(&target).is_some_and(|to| to < from_rank) {
+                        upward.push(format!(
+                            "sandbox/{}:{line}: `{from}` uses `{target}`, which is above it",
+                            rel.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "sandbox imports running back up (backends → integrity → exec → files → shared types):\n{}",
         upward.join("\n")
     );
 }

@@ -503,7 +503,7 @@ async fn local_a_command_of_literal_words_starts_without_a_shell_with_the_shells
         // The verifier's command: one-shot, from the home, with the clean PATH.
         let verifier = |command: &str| {
             req(command)
-                .with_preamble(hermes_runtime::context::CLEAN_PREAMBLE)
+                .with_preamble(hermes_runtime::sandbox::CLEAN_PREAMBLE)
                 .with_workdir("~")
         };
         let out = s

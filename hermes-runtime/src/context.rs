@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::agent::panic_message;
 use crate::atropos::json::to_python_string;
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message, Split};
-pub use crate::sandbox::CLEAN_PREAMBLE;
+use crate::sandbox::CLEAN_PREAMBLE;
 use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox, Transfer};
 use crate::tools::{ToolCallContext, ToolSet};
 

@@ -1,12 +1,16 @@
 //! One-line renderings of errors and response bodies for error messages.
 
-/// An error and all its sources, joined with `": "`.
+/// An error and its sources, joined with `": "`; a source whose text the line already holds
+/// (an error that quotes its cause) is not repeated.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        let part = inner.to_string();
+        if !s.contains(&part) {
+            s.push_str(": ");
+            s.push_str(&part);
+        }
         source = inner.source();
     }
     s

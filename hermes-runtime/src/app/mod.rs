@@ -108,7 +108,7 @@ pub fn main<E: Environment>() -> ExitCode {
             ExitCode::from(130)
         }
         Some(Err(e)) => {
-            let message = one_line(&format!("{e:#}"));
+            let message = one_line(&crate::diagnostics::error_chain(e.as_ref()));
             eprintln!("error: {}", crate::config::redact::redact_text(&message));
             ExitCode::from(2)
         }

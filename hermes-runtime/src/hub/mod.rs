@@ -13,6 +13,8 @@ mod settings;
 
 use std::path::{Path, PathBuf};
 
+use crate::diagnostics::error_chain;
+
 pub use id::{HubId, RepoKind};
 pub use settings::HubSettings;
 
@@ -203,9 +205,9 @@ impl HubRepo {
         let reason = match status_of(e) {
             Some(401 | 403) => format!(
                 "access denied ({}); a gated or private repository needs HF_TOKEN or `hf auth login`",
-                chain(e)
+                error_chain(e)
             ),
-            _ => chain(e),
+            _ => error_chain(e),
         };
         let command = if file.contains(' ') {
             self.id.download_command(&[])
@@ -294,21 +296,6 @@ impl HubRepo {
             from_cache: false,
         })
     }
-}
-
-/// The error with its causes (`error sending request: dns error: …`).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let part = c.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 fn status_of(e: &hf_hub::api::tokio::ApiError) -> Option<u16> {

@@ -47,7 +47,7 @@ pub use exec::preamble::CLEAN_PREAMBLE;
 pub use files::bounded::READ_LIMIT;
 pub use task::TaskSandbox;
 
-// The old paths of modules that moved into the layers, still used by callers outside this
-// folder (`sandbox::docker::…`, `sandbox::tripwire::…`).
+// The Docker backend and the tripwires as modules of their own: the rest of the crate reaches
+// their items as `sandbox::docker::…` and `sandbox::tripwire::…`.
 pub use backends::docker::{self, DockerProvider, DockerSandbox, DockerSettings};
 pub use integrity::tripwire;
