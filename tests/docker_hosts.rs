@@ -304,13 +304,15 @@ fn a_run_survives_a_host_killed_mid_run_at_full_reward() {
     );
     assert_eq!(a.managed(), Vec::<String>::new(), "left on the survivor");
 
-    // b comes back; `sandbox list|reap` over both hosts removes what it kept.
+    // b comes back; `sandbox reap` with the run's own flags (as a user types it after the run)
+    // removes what it kept over both hosts, and `sandbox list --config` (the same hosts in a
+    // YAML file) shows both clean.
     b.run();
     let cli = |args: &[&str]| {
         let out = Command::new(example_bin("terminal_test"))
+            .current_dir(dir.path())
             .arg("sandbox")
             .args(args)
-            .args(["--docker-host", &a.host, "--docker-host", &b.host])
             .output()
             .expect("sandbox subcommand");
         assert!(
@@ -321,7 +323,13 @@ fn a_run_survives_a_host_killed_mid_run_at_full_reward() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let kept = b.managed();
-    let reaped = cli(&["reap"]);
+    let reaped = cli(&[
+        "reap",
+        "--env.terminal_backend",
+        "docker",
+        "--env.docker_hosts",
+        &hosts,
+    ]);
     assert!(reaped.contains(&format!("host {}:", b.host)), "{reaped}");
     assert_eq!(
         b.wait_until_clean(Duration::from_secs(15)),
@@ -329,8 +337,14 @@ fn a_run_survives_a_host_killed_mid_run_at_full_reward() {
         "left on the returned host (it kept {kept:?}; reap said {reaped})"
     );
     eprintln!("b kept {kept:?} after its restart; reap: {reaped}");
-    let listed = cli(&["list"]);
+    std::fs::write(
+        dir.path().join("run.yaml"),
+        format!("env:\n  terminal_backend: docker\n  docker_hosts: {hosts}\n"),
+    )
+    .unwrap();
+    let listed = cli(&["list", "--config", "run.yaml"]);
     assert!(listed.contains(&format!("host {}:", a.host)), "{listed}");
+    assert!(listed.contains(&format!("host {}:", b.host)), "{listed}");
     assert_eq!(listed.matches("0 container(s)").count(), 2, "{listed}");
 }
 

@@ -31,7 +31,7 @@ pub async fn run<E: Environment>(name: &str, matches: &ArgMatches) -> anyhow::Re
         "check" => check::run::<E>(matches).await,
         "hack" => hack::run::<E>(matches).await,
         "parsers" => parsers::run(matches),
-        "sandbox" => sandbox::run(matches).await,
+        "sandbox" => sandbox::run::<E>(matches).await,
         "view" => view::run(matches),
         "wandb" => wandb::run(matches).await,
         _ => anyhow::bail!("unknown subcommand '{name}'"),

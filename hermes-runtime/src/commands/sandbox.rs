@@ -1,12 +1,17 @@
 //! `sandbox list|reap`: shows and removes this project's labelled Docker containers by hand
 //! (the reaper of every Docker-backed run does the same for orphans automatically, by the same
-//! rule: a container whose run holds a live lease is never an orphan).
+//! rule: a container whose run holds a live lease is never an orphan). The daemons are the
+//! run's own: its `--config` and `--env.docker_hosts` / `--env.docker_host` flags, as typed
+//! after a run, or `--docker-host` addresses.
 
 use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
+use crate::config::cli::resolve_flags;
+use crate::config::Mode;
+use crate::env::EnvDefinition;
 use crate::sandbox::docker::reaper::{self, ManagedContainer};
 use crate::sandbox::docker::{watchdog, Endpoint};
 
@@ -25,7 +30,8 @@ pub fn command() -> Command {
         )
         .subcommand(
             Command::new("list")
-                .about("Show every labelled container: task, owning run and whether it is alive, state, age, deadline"),
+                .about("Show every labelled container: task, owning run and whether it is alive, state, age, deadline")
+                .arg(super::process_flags_arg()),
         )
         .subcommand(
             Command::new("reap")
@@ -35,7 +41,8 @@ pub fn command() -> Command {
                         .long("all")
                         .action(ArgAction::SetTrue)
                         .help("Remove every labelled container, also those of running processes"),
-                ),
+                )
+                .arg(super::process_flags_arg()),
         )
         .subcommand(
             Command::new("watch")
@@ -45,16 +52,13 @@ pub fn command() -> Command {
         )
 }
 
-/// Runs `sandbox list` or `sandbox reap` on every `--docker-host` given (one after another,
-/// each headed by its address when there are several), or the hidden `sandbox watch`.
-pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
-    let hosts: Vec<Option<&str>> = match matches.get_many::<String>("docker_host") {
-        Some(given) => given.map(|h| Some(h.as_str())).collect(),
-        None => vec![None],
-    };
+/// Runs `sandbox list` or `sandbox reap` on every daemon of the run (one after another, each
+/// headed by its address when there are several), or the hidden `sandbox watch`.
+pub async fn run<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<()> {
+    let hosts = hosts::<E>(matches)?;
     let several = hosts.len() > 1;
     for host in hosts {
-        let (docker, endpoint) = Endpoint::connect(host).await?;
+        let (docker, endpoint) = Endpoint::connect(host.as_deref()).await?;
         if several && !matches!(matches.subcommand_name(), Some("watch")) {
             println!("host {}:", endpoint.host);
         }
@@ -64,6 +68,48 @@ pub async fn run(matches: &ArgMatches) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The daemons to act on: `--docker-host` addresses, else those of the run the trailing flags
+/// describe (`--env.docker_hosts`, else `--env.docker_host`), else `DOCKER_HOST` or the local
+/// socket (`None`).
+fn hosts<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<Vec<Option<String>>> {
+    let given: Vec<String> = matches
+        .get_many::<String>("docker_host")
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let flags = matches
+        .subcommand()
+        .map(|(_, sub)| super::process_flags(sub))
+        .unwrap_or_default();
+    if flags.is_empty() {
+        return Ok(match given.is_empty() {
+            true => vec![None],
+            false => given.into_iter().map(Some).collect(),
+        });
+    }
+    anyhow::ensure!(
+        given.is_empty(),
+        "give the daemons either as --docker-host or through the run's flags, not both"
+    );
+    let cfg = resolve_flags(&E::descriptor(), Mode::Process, &flags)?;
+    let env = &cfg.env;
+    Ok(match (&env.docker_hosts, &env.docker_host) {
+        (Some(hosts), _) if !hosts.is_empty() => hosts.iter().cloned().map(Some).collect(),
+        (_, Some(host)) => vec![Some(host.clone())],
+        (_, None) => {
+            if env.terminal_backend != "docker" {
+                eprintln!(
+                    "note: this run's --env.terminal_backend is '{}' and names no Docker host; \
+                     acting on DOCKER_HOST or the local daemon",
+                    env.terminal_backend
+                );
+            }
+            vec![None]
+        }
+    })
 }
 
 async fn run_on(

@@ -227,3 +227,33 @@ where
     };
     Ok(Invocation::Run(mode, Box::new(values)))
 }
+
+/// The config `mode` would run with, given that mode's `flags` (`--config FILE`, `--env.*`,
+/// `--openai.*`): for commands that act on a run's configuration without running it (`check`,
+/// `hack`, `sandbox list|reap`).
+pub fn resolve_flags<I, T>(
+    desc: &EnvDescriptor,
+    mode: Mode,
+    flags: I,
+) -> Result<super::ResolvedConfig, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let argv = [desc.name, mode.as_str()]
+        .into_iter()
+        .map(OsString::from)
+        .chain(flags.into_iter().map(Into::into));
+    match parse(desc.name, desc, &[], argv)? {
+        Invocation::Run(mode, values) => super::resolve(desc, mode, *values),
+        Invocation::Print(text) => Err(ConfigError::Usage(format!(
+            "expected {} flags, not a request for help: {}",
+            mode.as_str(),
+            text.lines().next().unwrap_or_default()
+        ))),
+        Invocation::Utility(name, _) => Err(ConfigError::Usage(format!(
+            "expected {} flags, got the subcommand '{name}'",
+            mode.as_str()
+        ))),
+    }
+}

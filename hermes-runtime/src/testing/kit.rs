@@ -30,8 +30,8 @@ use serde_json::{json, Map, Value};
 use super::reference::{ReferenceBook, ReferencePolicy};
 use super::server::{Policy, Reply, ScriptedServer};
 use crate::agent::AgentResult;
-use crate::config::cli::{parse, Invocation};
-use crate::config::ServerType;
+use crate::config::cli::resolve_flags;
+use crate::config::{Mode, ServerType};
 use crate::env::{Environment, RewardOutcome};
 use crate::llm::{LlmClient, RetryPolicy, Split};
 use crate::modes::{run_rollout_with, Runtime};
@@ -94,13 +94,7 @@ impl<E: Environment> KitBuilder<E> {
     /// are driven through chat completions here.
     pub async fn start(self) -> anyhow::Result<Kit<E>> {
         let name = E::descriptor().name;
-        let mut argv: Vec<OsString> = vec![name.into(), "process".into()];
-        argv.extend(self.args);
-        let desc = E::descriptor();
-        let mut cfg = match parse(name, &desc, &[], argv)? {
-            Invocation::Run(mode, flags) => crate::config::resolve(&desc, mode, *flags)?,
-            _ => bail!("the kit's arguments must be flags of the process mode"),
-        };
+        let mut cfg = resolve_flags(&E::descriptor(), Mode::Process, self.args)?;
         if self.upstream.is_none() && cfg.env.web_backend.as_deref() == Some("auto") {
             // Scripted inference, canned web: a kit run never reaches a real provider.
             cfg.env.web_backend = Some("fake".into());
