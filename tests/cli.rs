@@ -299,6 +299,24 @@ fn bad_yaml_names_the_file_and_line() {
 }
 
 #[test]
+fn deeply_nested_yaml_is_refused_before_it_is_parsed() {
+    // The parser needs tens of seconds to refuse this file; the depth check names the line and
+    // the limit instead of the parser's recursion error.
+    let deep = yaml(&format!(
+        "env:\n  group_size: 2\n  x: {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    ));
+    let err = run(&["process", "--config", deep.path().to_str().unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 3: nested 65 levels deep; a config file may nest at most 64 levels"),
+        "{err}"
+    );
+}
+
+#[test]
 fn help_lists_every_flag_with_its_default() {
     let desc = descriptor();
     let Ok(Invocation::Print(help)) = parse(

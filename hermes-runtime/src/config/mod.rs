@@ -8,6 +8,7 @@ pub mod redact;
 mod resolve;
 mod section;
 mod server;
+mod yaml_depth;
 
 pub use default_server::DefaultServer;
 pub use env::{EvalHandling, HermesEnvConfig};

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::flags::{coerce, suggest, FieldSpec};
+use super::yaml_depth;
 use super::{ApiServerConfig, ConfigError, ConfigSection, HermesEnvConfig, ManagerConfig};
 
 /// The three Atropos run modes.
@@ -169,6 +170,13 @@ impl YamlConfig {
     fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::Yaml(format!("cannot read {}: {e}", path.display())))?;
+        if let Some((line, depth)) = yaml_depth::too_deep(&text, yaml_depth::MAX_DEPTH) {
+            return Err(ConfigError::Yaml(format!(
+                "{} line {line}: nested {depth} levels deep; a config file may nest at most {} levels",
+                path.display(),
+                yaml_depth::MAX_DEPTH
+            )));
+        }
         let yaml: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| {
             ConfigError::Yaml(format!("{}: {}", path.display(), one_line(&e.to_string())))
         })?;
