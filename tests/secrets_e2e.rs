@@ -3,8 +3,9 @@
 //! api key on its command line) on the default local backend, and a scripted model runs
 //! `env` and reads `/proc/$PPID/environ` and `/proc/$PPID/cmdline` (its parent is the env
 //! process itself). None of the values may appear in what the model was sent, the JSONL, the
-//! HTML viewer, the W&B offline run, the evaluate files or the logs. Nor can a command read
-//! the env process's memory or reach the terminal it runs in.
+//! HTML viewer, the W&B offline run, the evaluate files or the logs, and neither may the
+//! values of the author's `container_env` (the model may print them: they are in its sandbox).
+//! Nor can a command read the env process's memory or reach the terminal it runs in.
 
 mod common;
 
@@ -173,9 +174,23 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
     assert!(wandb.is_dir(), "an offline W&B run: {stderr}");
     assert_clean("the W&B offline run", &all_text(&wandb));
     assert!(
-        jsonl.contains("HERMES_E2E_SETTING=cfg-value-5a1b2c3d"),
-        "container_env reached the sandbox"
+        jsonl.contains("HERMES_E2E_SETTING=<redacted>"),
+        "container_env reached the sandbox, and its value is a secret to the JSONL"
     );
+    for (what, text) in [
+        ("the JSONL", jsonl.clone()),
+        (
+            "the HTML viewer",
+            std::fs::read_to_string(tmp.path().join("out.html")).unwrap(),
+        ),
+        ("the W&B offline run", all_text(&wandb)),
+        ("the logs", stderr.clone()),
+    ] {
+        assert!(
+            !text.contains("cfg-value-5a1b2c3d"),
+            "a container_env value reached {what}"
+        );
+    }
     let run_dir = std::fs::read_dir(&wandb)
         .unwrap()
         .next()
@@ -217,7 +232,7 @@ async fn no_secret_of_the_env_process_reaches_the_model_or_any_output() {
         config.contains("HERMES_E2E_SETTING=<redacted>") && config.contains("api_key: <redacted>"),
         "{config}"
     );
-    assert!(!config.contains("cfg-value-5a1b2c3d"), "{config}");
+    assert!(!evals.contains("cfg-value-5a1b2c3d"), "{evals}");
     assert_clean("the evaluate logs", &stderr);
     let sent: String = server.requests().iter().map(Value::to_string).collect();
     assert_clean("what the model was sent during evaluate", &sent);

@@ -40,6 +40,13 @@ impl<E: Environment> Services<E> {
         for server in &cfg.servers {
             crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
         }
+        // The author's container_env reaches the sandbox, where the model can print it; its
+        // values are secrets to everything saved (JSONL, viewer, W&B, samples).
+        for entry in cfg.env.container_env.iter().flatten() {
+            if let Some((_, value)) = entry.split_once('=') {
+                crate::config::redact::remember_secret(value);
+            }
+        }
         let name = E::descriptor().name;
         cfg.env.tool_call_parser = plan.parser_name.clone();
         if cfg.manager.testing && cfg.env.web_backend.as_deref() == Some("auto") {
