@@ -27,8 +27,11 @@ pub struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        // One call per log event: secrets (URL credentials, known values) never reach stderr.
+        // One call per log event: secrets (URL credentials, known values) never reach stderr,
+        // nor control characters of a message (tracing escapes ESC and BEL in field values;
+        // `\r` and the rest would still rewrite the line). ESC stays: the formatter's colours.
         let text = String::from_utf8_lossy(buf);
+        let text = crate::diagnostics::printable_keeping(&text, &['\n', '\t', '\x1b']);
         let clean = crate::config::redact::redact_text(&text);
         suspended(|| std::io::stderr().write_all(clean.as_bytes())).map(|()| buf.len())
     }

@@ -109,6 +109,7 @@ pub fn main<E: Environment>() -> ExitCode {
         }
         Some(Err(e)) => {
             let message = one_line(&crate::diagnostics::error_chain(e.as_ref()));
+            let message = crate::diagnostics::printable(&message);
             eprintln!("error: {}", crate::config::redact::redact_text(&message));
             ExitCode::from(2)
         }

@@ -5,6 +5,7 @@
 //! non-zero when any item fails. Other arguments are the `process` mode's flags
 //! (`--env.terminal_backend docker`, `--config FILE`, …).
 
+use crate::diagnostics::printable;
 use clap::{Arg, ArgMatches, Command};
 
 use crate::env::Environment;
@@ -55,7 +56,7 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
     let report = kit.check(&options).await;
     let failures = report.failures();
     for failure in &failures {
-        println!("FAIL {}", failure.describe());
+        println!("FAIL {}", printable(&failure.describe()));
     }
     let dup = if report.duplicates_skipped > 0 {
         format!(

@@ -4,6 +4,7 @@
 //! real sandbox, tripwires and verifier; prints item × exploit × reward and exits non-zero
 //! when any exploit earns more than `--max-score`. Other arguments are the `process` flags.
 
+use crate::diagnostics::printable_keeping;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -87,7 +88,7 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
         let hacker = hacker_run::<E>(&flags, model, &options).await?;
         report.rows.extend(hacker.rows);
     }
-    print!("{}", report.table());
+    print!("{}", printable_keeping(&report.table(), &['\n']));
     summarize(&report, started.elapsed().as_secs_f64());
     anyhow::ensure!(
         report.items > 0,

@@ -6,6 +6,7 @@
 //! changes made since the agent started. Each fired wire is one line; any wire makes the
 //! rollout `tampered` (see `modes::rollout`).
 
+use crate::diagnostics::printable;
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -372,11 +373,12 @@ fn lines(output: &str) -> Vec<String> {
         .collect()
 }
 
+/// Up to `SHOWN` of `items` (process command lines, paths: the model chose them), escaped.
 fn shown(items: &[String]) -> String {
     let mut text = items
         .iter()
         .take(SHOWN)
-        .cloned()
+        .map(|item| printable(item).into_owned())
         .collect::<Vec<_>>()
         .join("; ");
     if items.len() > SHOWN {

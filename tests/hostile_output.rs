@@ -1,0 +1,175 @@
+//! Text from the other side never drives the user's terminal: an inference server's error body
+//! and a process name chosen by the model reach the `terminal_test` example's log lines and
+//! its error line with their control characters escaped (`\x1b`, `\r`, `\u{9b}`), never raw.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use hermes_env::testing::{Reply, ScriptedServer};
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+/// An OSC title change, a clear-screen, a carriage return and a C1 CSI.
+const HOSTILE: &str = "\x1b]0;pwned\x07\x1b[2J\r\u{9b}31m";
+
+async fn run(args: &[&str], tmp: &Path) -> Output {
+    Command::new(common::example_bin("terminal_test"))
+        .args(args)
+        .current_dir(tmp)
+        .env("TMPDIR", tmp)
+        .env("NO_COLOR", "1")
+        .output()
+        .await
+        .expect("run the example")
+}
+
+/// A server answering every request with HTTP 400 and `body` as it is (not JSON-encoded, as
+/// a hostile or broken server may), on 127.0.0.1; returns its `/v1` base URL.
+async fn raw_error_server(body: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Read the head and the body its Content-Length announces.
+                loop {
+                    let Ok(n) = stream.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let response = format!(
+                    "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+fn server_args(url: &str) -> Vec<String> {
+    [
+        "--openai.base_url",
+        url,
+        "--openai.model_name",
+        "M",
+        "--openai.server_type",
+        "openai",
+        "--openai.health_check",
+        "false",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Fails when `text` holds any control character other than a line's own `\n` or a tab (or
+/// the formatter's own colour escapes, `ESC [ … m`, which `NO_COLOR` turns off).
+fn assert_no_raw_controls(what: &str, text: &str) {
+    let raw: Vec<(usize, char)> = text
+        .char_indices()
+        .filter(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{what} holds raw control characters {:?}:\n{}",
+        raw.iter().take(5).collect::<Vec<_>>(),
+        text.escape_debug()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_servers_error_body_is_escaped_in_every_line_printed() {
+    let url = raw_error_server(format!("bad {HOSTILE}")).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = [
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "1",
+        "--env.use_wandb",
+        "false",
+        "--env.data_path_to_save_groups",
+        "out.jsonl",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server_args(&url));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&argv, tmp.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stderr.contains("\\x1b]0;pwned"),
+        "the body was shown (escaped): {}",
+        stderr.escape_debug()
+    );
+    assert_no_raw_controls("stderr", &stderr);
+    assert_no_raw_controls("stdout", &stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_name_chosen_by_the_model_is_escaped_in_the_tripwire_line() {
+    // The agent leaves a process behind under a hostile name; the leftover wire names it.
+    let name = "evil\\033[2J\\r\\033]0;pwned\\007";
+    let command = format!("(exec -a \"$(printf '{name}')\" sleep 300) > /dev/null 2>&1 &");
+    let server = ScriptedServer::start(move |request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("done")
+        } else {
+            Reply::tool("terminal", json!({"command": command}))
+        }
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = [
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "1",
+        "--env.use_wandb",
+        "false",
+        "--env.data_path_to_save_groups",
+        "out.jsonl",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(server_args(&server.base_url()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&argv, tmp.path()).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        stderr.contains("outlived the agent phase") && stderr.contains("evil\\x1b[2J"),
+        "the leftover wire named the process (escaped): {}",
+        stderr.escape_debug()
+    );
+    assert_no_raw_controls("stderr", &stderr);
+}
