@@ -24,6 +24,7 @@ pub mod own_secrets;
 pub mod parsers;
 pub mod progress;
 pub mod pyjson;
+pub mod reference;
 pub mod sandbox;
 pub mod setup;
 pub mod shutdown;
