@@ -1,6 +1,7 @@
 //! Code generation: the checked models become the struct, its config section and the trait
 //! impls; rejected inputs become the item itself, the errors and stand-in impls.
 
+use hermes_hooks::{HookSpec, HOOKS};
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
@@ -9,7 +10,7 @@ use syn::{
     parse_quote, Expr, ExprLit, Fields, Ident, Item, ItemStruct, Lit, ReturnType, Signature, Type,
 };
 
-use crate::model::{Env, Hook, Hooks, RejectedEnv, RejectedHooks};
+use crate::model::{Env, Hooks, RejectedEnv, RejectedHooks};
 use crate::validate;
 
 /// `#[hermes_env(args)] item`.
@@ -246,7 +247,7 @@ fn hooks_tokens(hooks: &Hooks) -> TokenStream {
     let methods = hooks
         .defined
         .iter()
-        .map(|(hook, sig)| delegation(*hook, self_ty, sig));
+        .map(|(hook, sig)| delegation(hook, self_ty, sig));
     quote! {
         #block
 
@@ -267,78 +268,43 @@ struct TraitHook {
     output: Option<TokenStream>,
 }
 
-/// The declaration of `hook` in `Environment`.
-fn trait_hook(hook: Hook) -> TraitHook {
-    let receiver = if hook.spec().mut_self {
+/// The declaration of `hook` in `Environment`, from the hook table's type texts.
+fn trait_hook(hook: &HookSpec) -> TraitHook {
+    let receiver = if hook.mut_self {
         quote!(&mut self)
     } else {
         quote!(&self)
     };
-    let result = |ok: TokenStream| quote!(::hermes_env::__private::anyhow::Result<#ok>);
-    let item = ("item", quote!(&Self::Item));
-    let metrics = ("metrics", quote!(&mut ::hermes_env::Metrics));
-    let (params, output) = match hook {
-        Hook::Setup => (vec![], Some(result(quote!(())))),
-        Hook::GetNextItem => (vec![], Some(quote!(::core::option::Option<Self::Item>))),
-        Hook::FormatPrompt => (vec![item], Some(quote!(::std::string::String))),
-        Hook::ComputeReward => (
-            vec![
-                item,
-                ("run", quote!(&::hermes_env::AgentResult)),
-                ("ctx", quote!(&::hermes_env::ToolContext)),
-            ],
-            Some(result(quote!(f64))),
-        ),
-        Hook::EvalItems => (vec![], Some(quote!(::std::vec::Vec<Self::Item>))),
-        Hook::Evaluate => (
-            vec![
-                ("samples", quote!(&[::hermes_env::EvalSample<Self::Item>])),
-                metrics,
-            ],
-            None,
-        ),
-        Hook::WandbLog => (
-            vec![
-                (
-                    "rollouts",
-                    quote!(&[::hermes_env::ScoredRollout<Self::Item>]),
-                ),
-                metrics,
-            ],
-            None,
-        ),
-        Hook::ReferenceSolution => (
-            vec![item],
-            Some(quote!(
-                ::core::option::Option<::hermes_env::ReferenceSolution>
-            )),
-        ),
-        Hook::SandboxSpec => (vec![item], Some(quote!(::hermes_env::SandboxSpec))),
-        Hook::RegisterTools => (
-            vec![("registry", quote!(&mut ::hermes_env::tools::ToolRegistry))],
-            None,
-        ),
-    };
     TraitHook {
         receiver,
-        params,
-        output,
+        params: hook
+            .params
+            .iter()
+            .map(|&(name, ty)| (name, table_tokens(ty)))
+            .collect(),
+        output: hook.output.map(table_tokens),
     }
 }
 
+/// A type text of the hook table as tokens (all spanned at the call site, as `quote!` would).
+fn table_tokens(text: &str) -> TokenStream {
+    text.parse()
+        .unwrap_or_else(|_| panic!("hook table type `{text}` is not valid Rust"))
+}
+
 /// The signature of `hook`'s trait method; `output_span` locates its return type.
-fn trait_signature(hook: Hook, output_span: Span) -> TokenStream {
+fn trait_signature(hook: &HookSpec, output_span: Span) -> TokenStream {
     let TraitHook {
         receiver,
         params,
         output,
     } = trait_hook(hook);
-    let name = Ident::new(hook.spec().name, Span::call_site());
+    let name = Ident::new(hook.name, Span::call_site());
     let params = params.iter().map(|(name, ty)| {
         let name = Ident::new(name, Span::call_site());
         quote!(#name: #ty)
     });
-    let output = match (hook.spec().is_async, output) {
+    let output = match (hook.is_async, output) {
         (true, output) => {
             let output = output.unwrap_or_else(|| quote!(()));
             Some(quote_spanned! {output_span=>
@@ -354,7 +320,7 @@ fn trait_signature(hook: Hook, output_span: Span) -> TokenStream {
 /// The trait method for `hook`, calling the inherent fn with signature `sig`. Type errors
 /// point at the author's signature: the future's output at their return type, arguments at
 /// their parameters, and a sync hook's signature (through a fn pointer) at their fn name.
-fn delegation(hook: Hook, self_ty: &Type, sig: &Signature) -> TokenStream {
+fn delegation(hook: &HookSpec, self_ty: &Type, sig: &Signature) -> TokenStream {
     let ident = &sig.ident;
     let output_span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
@@ -363,14 +329,14 @@ fn delegation(hook: Hook, self_ty: &Type, sig: &Signature) -> TokenStream {
     let signature = trait_signature(hook, output_span);
     let TraitHook { params, output, .. } = trait_hook(hook);
     let inherent = quote_spanned!(ident.span()=> <#self_ty>::#ident);
-    let body = if hook.spec().is_async {
+    let body = if hook.is_async {
         let args = params
             .iter()
             .zip(sig.inputs.iter().skip(1))
             .map(|((name, _), input)| Ident::new(name, input.span()));
         quote! { #inherent(self #(, #args)*) }
     } else {
-        let receiver = if hook.spec().mut_self {
+        let receiver = if hook.mut_self {
             quote!(&mut Self)
         } else {
             quote!(&Self)
@@ -395,16 +361,20 @@ fn hooks_fallback(rejected: &RejectedHooks) -> TokenStream {
     let (item, errors) = (&rejected.item, rejected.errors.to_compile_error());
     let stand_in = rejected.self_ty.as_ref().map(|self_ty| {
         let item_ty: Type = rejected.item_ty.clone().unwrap_or_else(|| parse_quote!(()));
-        let next = trait_signature(Hook::GetNextItem, Span::call_site());
-        let prompt = trait_signature(Hook::FormatPrompt, Span::call_site());
-        let reward = trait_signature(Hook::ComputeReward, Span::call_site());
+        let required = HOOKS.iter().filter(|hook| hook.required).map(|hook| {
+            let signature = trait_signature(hook, Span::call_site());
+            let body = if hook.is_async {
+                quote!(::core::future::pending())
+            } else {
+                quote!(::core::unreachable!())
+            };
+            quote! { #signature { #body } }
+        });
         quote! {
             #[allow(unused_variables)]
             impl ::hermes_env::Environment for #self_ty {
                 type Item = #item_ty;
-                #next { ::core::future::pending() }
-                #prompt { ::core::unreachable!() }
-                #reward { ::core::future::pending() }
+                #(#required)*
             }
         }
     });
@@ -414,6 +384,16 @@ fn hooks_fallback(rejected: &RejectedHooks) -> TokenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hook_table_types_are_rust_types() {
+        for hook in HOOKS {
+            let types = hook.params.iter().map(|(_, ty)| ty).chain(&hook.output);
+            for ty in types {
+                assert!(syn::parse_str::<Type>(ty).is_ok(), "{}: `{ty}`", hook.name);
+            }
+        }
+    }
 
     /// Expanded tokens as formatted Rust.
     fn pretty(tokens: TokenStream) -> String {

@@ -41,13 +41,9 @@ pub fn hermes_env(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Implements `Environment` from an inherent impl block of hook fns, checking their names and
-/// signatures.
-///
-/// Required: `async fn get_next_item(&mut self) -> Option<Item>`,
-/// `fn format_prompt(&self, item: &Item) -> String` and
-/// `async fn compute_reward(&self, item: &Item, run: &AgentResult, ctx: &ToolContext) -> Result<f64>`.
-/// Optional: `setup`, `eval_items`, `evaluate`, `wandb_log`, `reference_solution`,
-/// `sandbox_spec`, `register_tools`. The block may contain nothing else; helpers belong in a separate impl block.
+/// signatures against the hook table `hermes_hooks::HOOKS`, which `docs/reference/hooks.md`
+/// renders: the hooks, which are required, their signatures and what each is for. The block
+/// may contain nothing else; helpers belong in a separate impl block.
 #[proc_macro_attribute]
 pub fn hooks(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::hooks(args.into(), item.into()).into()

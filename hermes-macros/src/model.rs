@@ -1,5 +1,7 @@
-//! The checked models the expanders work from, and the tables they are checked against.
+//! The checked models the expanders work from, and the shared-field table `#[hermes_env]` is
+//! checked against (the hook table is `hermes_hooks::HOOKS`).
 
+use hermes_hooks::HookSpec;
 use syn::{Attribute, Expr, Ident, Item, ItemImpl, ItemStruct, LitStr, Signature, Type};
 
 /// The shared env fields (`HermesEnvConfig`) settable as `#[hermes_env(field = value)]`.
@@ -153,7 +155,7 @@ pub struct Hooks {
     /// `type Item`, from `get_next_item`'s `Option<T>`.
     pub item_ty: Type,
     /// The hooks defined, with their signatures (for spans).
-    pub defined: Vec<(Hook, Signature)>,
+    pub defined: Vec<(&'static HookSpec, Signature)>,
 }
 
 /// A `#[hermes_env::hooks]` input with errors, and what error recovery can still emit.
@@ -166,165 +168,4 @@ pub struct RejectedHooks {
     pub self_ty: Option<Type>,
     /// `type Item`, if `get_next_item` was well-formed.
     pub item_ty: Option<Type>,
-}
-
-/// The hooks of `Environment`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hook {
-    /// `setup`.
-    Setup,
-    /// `get_next_item`.
-    GetNextItem,
-    /// `format_prompt`.
-    FormatPrompt,
-    /// `compute_reward`.
-    ComputeReward,
-    /// `eval_items`.
-    EvalItems,
-    /// `evaluate`.
-    Evaluate,
-    /// `wandb_log`.
-    WandbLog,
-    /// `reference_solution`.
-    ReferenceSolution,
-    /// `sandbox_spec`.
-    SandboxSpec,
-    /// `register_tools`.
-    RegisterTools,
-}
-
-/// The signature a hook must have, as far as the macro checks it.
-pub struct HookSpec {
-    /// The hook.
-    pub hook: Hook,
-    /// The fn name.
-    pub name: &'static str,
-    /// Whether the hook must be defined.
-    pub required: bool,
-    /// `async fn`.
-    pub is_async: bool,
-    /// `&mut self` rather than `&self`.
-    pub mut_self: bool,
-    /// Arguments after `self`.
-    pub args: usize,
-    /// Whether it returns a value.
-    pub returns: bool,
-    /// The full expected signature, for messages.
-    pub shape: &'static str,
-}
-
-/// Every hook, in trait (and `Hook` discriminant) order.
-pub const HOOKS: [HookSpec; 10] = [
-    HookSpec {
-        hook: Hook::Setup,
-        name: "setup",
-        required: false,
-        is_async: true,
-        mut_self: true,
-        args: 0,
-        returns: true,
-        shape: "async fn setup(&mut self) -> Result<()>",
-    },
-    HookSpec {
-        hook: Hook::GetNextItem,
-        name: "get_next_item",
-        required: true,
-        is_async: true,
-        mut_self: true,
-        args: 0,
-        returns: true,
-        shape: "async fn get_next_item(&mut self) -> Option<Item>",
-    },
-    HookSpec {
-        hook: Hook::FormatPrompt,
-        name: "format_prompt",
-        required: true,
-        is_async: false,
-        mut_self: false,
-        args: 1,
-        returns: true,
-        shape: "fn format_prompt(&self, item: &Item) -> String",
-    },
-    HookSpec {
-        hook: Hook::ComputeReward,
-        name: "compute_reward",
-        required: true,
-        is_async: true,
-        mut_self: false,
-        args: 3,
-        returns: true,
-        shape: "async fn compute_reward(&self, item: &Item, run: &AgentResult, ctx: &ToolContext) -> Result<f64>",
-    },
-    HookSpec {
-        hook: Hook::EvalItems,
-        name: "eval_items",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 0,
-        returns: true,
-        shape: "fn eval_items(&self) -> Vec<Item>",
-    },
-    HookSpec {
-        hook: Hook::Evaluate,
-        name: "evaluate",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 2,
-        returns: false,
-        shape: "fn evaluate(&self, samples: &[EvalSample<Item>], metrics: &mut Metrics)",
-    },
-    HookSpec {
-        hook: Hook::WandbLog,
-        name: "wandb_log",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 2,
-        returns: false,
-        shape: "fn wandb_log(&self, rollouts: &[ScoredRollout<Item>], metrics: &mut Metrics)",
-    },
-    HookSpec {
-        hook: Hook::ReferenceSolution,
-        name: "reference_solution",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 1,
-        returns: true,
-        shape: "fn reference_solution(&self, item: &Item) -> Option<ReferenceSolution>",
-    },
-    HookSpec {
-        hook: Hook::SandboxSpec,
-        name: "sandbox_spec",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 1,
-        returns: true,
-        shape: "fn sandbox_spec(&self, item: &Item) -> SandboxSpec",
-    },
-    HookSpec {
-        hook: Hook::RegisterTools,
-        name: "register_tools",
-        required: false,
-        is_async: false,
-        mut_self: false,
-        args: 1,
-        returns: false,
-        shape: "fn register_tools(&self, registry: &mut ToolRegistry)",
-    },
-];
-
-impl Hook {
-    /// The hook's expected signature.
-    pub fn spec(self) -> &'static HookSpec {
-        &HOOKS[self as usize]
-    }
-
-    /// The hook called `name`, if any.
-    pub fn named(name: &str) -> Option<Hook> {
-        HOOKS.iter().find(|s| s.name == name).map(|s| s.hook)
-    }
 }

@@ -8,16 +8,20 @@ use syn::{
     Lit, LitStr, Meta, PathArguments, ReturnType, Signature, Type,
 };
 
+use hermes_hooks::{HookSpec, HOOKS};
+
 use crate::attr::{self, KeyValue};
 use crate::errors::Errors;
 use crate::model::{
-    ConfigField, Env, EnvField, Hook, HookSpec, Hooks, RejectedEnv, RejectedHooks, SharedDefault,
-    HOOKS, SHARED_FIELDS,
+    ConfigField, Env, EnvField, Hooks, RejectedEnv, RejectedHooks, SharedDefault, SHARED_FIELDS,
 };
 use crate::suggest::closest;
 
 /// `#[hermes_env]` keys that are not shared fields.
 const OWN_KEYS: [&str; 4] = ["name", "main", "toolsets", "servers"];
+
+/// The hook whose `Option<T>` return type gives `type Item`.
+const ITEM_HOOK: &str = "get_next_item";
 
 /// What `#[hermes_env(…)]` sets.
 struct Settings {
@@ -398,8 +402,8 @@ pub fn hooks(args: TokenStream, item: Item) -> Result<Hooks, Box<RejectedHooks>>
         recoverable = false;
     }
 
-    let mut seen: Vec<Hook> = Vec::new();
-    let mut defined: Vec<(Hook, Signature)> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut defined: Vec<(&'static HookSpec, Signature)> = Vec::new();
     let mut item_ty: Option<Type> = None;
     for impl_item in &block.items {
         let ImplItem::Fn(f) = impl_item else {
@@ -410,22 +414,22 @@ pub fn hooks(args: TokenStream, item: Item) -> Result<Hooks, Box<RejectedHooks>>
             continue;
         };
         let name = f.sig.ident.unraw().to_string();
-        let Some(hook) = Hook::named(&name) else {
+        let Some(hook) = HookSpec::named(&name) else {
             errors.spanned(&f.sig.ident, unknown_hook(&name));
             continue;
         };
-        if seen.contains(&hook) {
+        if seen.contains(&hook.name) {
             errors.spanned(&f.sig.ident, format_args!("duplicate hook `{name}`"));
             continue;
         }
-        seen.push(hook);
-        match signature_problem(hook.spec(), &f.sig) {
+        seen.push(hook.name);
+        match signature_problem(hook, &f.sig) {
             Some(problem) => errors.spanned(
                 &f.sig,
-                format_args!("hook `{name}` must be `{}` ({problem})", hook.spec().shape),
+                format_args!("hook `{name}` must be `{}` ({problem})", hook.signature()),
             ),
             None => {
-                if hook == Hook::GetNextItem {
+                if hook.name == ITEM_HOOK {
                     item_ty = option_arg(&f.sig.output).cloned();
                 }
                 defined.push((hook, f.sig.clone()));
@@ -434,11 +438,15 @@ pub fn hooks(args: TokenStream, item: Item) -> Result<Hooks, Box<RejectedHooks>>
     }
     for spec in HOOKS
         .iter()
-        .filter(|s| s.required && !seen.contains(&s.hook))
+        .filter(|s| s.required && !seen.contains(&s.name))
     {
         errors.spanned(
             &block.self_ty,
-            format_args!("missing required hook `{}`: `{}`", spec.name, spec.shape),
+            format_args!(
+                "missing required hook `{}`: `{}`",
+                spec.name,
+                spec.signature()
+            ),
         );
     }
 
@@ -504,25 +512,24 @@ fn signature_problem(spec: &HookSpec, sig: &Signature) -> Option<String> {
         return Some(format!("it takes `{found}` instead of `{expected}`"));
     }
     let args = sig.inputs.len() - 1;
-    if args != spec.args {
+    if args != spec.params.len() {
         let plural = |n: usize| if n == 1 { "argument" } else { "arguments" };
         return Some(format!(
             "it has {args} {} after `self` instead of {}",
             plural(args),
-            spec.args
+            spec.params.len()
         ));
     }
     let returns = match &sig.output {
         ReturnType::Default => false,
         ReturnType::Type(_, ty) => !matches!(&**ty, Type::Tuple(t) if t.elems.is_empty()),
     };
-    if spec.returns && !returns {
-        return Some("it has no return type".to_owned());
+    match (spec.output.is_some(), returns) {
+        (true, false) => return Some("it has no return type".to_owned()),
+        (false, true) => return Some("it must not return a value".to_owned()),
+        _ => {}
     }
-    if !spec.returns && returns {
-        return Some("it must not return a value".to_owned());
-    }
-    if spec.hook == Hook::GetNextItem && option_arg(&sig.output).is_none() {
+    if spec.name == ITEM_HOOK && option_arg(&sig.output).is_none() {
         return Some("its return type is not `Option<…>`".to_owned());
     }
     None
@@ -578,14 +585,6 @@ mod tests {
                 }
                 #extra
             }
-        }
-    }
-
-    #[test]
-    fn hook_table_matches_discriminants() {
-        for (i, spec) in HOOKS.iter().enumerate() {
-            assert_eq!(spec.hook as usize, i, "{}", spec.name);
-            assert_eq!(Hook::named(spec.name), Some(spec.hook));
         }
     }
 
@@ -801,14 +800,14 @@ mod tests {
         };
         let item_ty = &hooks.item_ty;
         assert_eq!(quote!(#item_ty).to_string(), "u32");
-        let defined: Vec<Hook> = hooks.defined.iter().map(|(h, _)| *h).collect();
+        let defined: Vec<&str> = hooks.defined.iter().map(|(h, _)| h.name).collect();
         assert_eq!(
             defined,
             [
-                Hook::GetNextItem,
-                Hook::FormatPrompt,
-                Hook::ComputeReward,
-                Hook::EvalItems
+                "get_next_item",
+                "format_prompt",
+                "compute_reward",
+                "eval_items"
             ]
         );
     }

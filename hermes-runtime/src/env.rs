@@ -80,8 +80,8 @@ pub trait Environment: EnvDefinition {
         SandboxSpec::default()
     }
 
-    /// Adds the environment's own tools (e.g. [`crate::tools::typed_tool`]) and toolsets to the
-    /// built-ins before `enabled_toolsets` / `distribution` are resolved; runs after `setup`.
+    /// Adds the environment's own tools (e.g. `hermes_env::tools::typed_tool`) and toolsets to
+    /// the built-ins before `enabled_toolsets` / `distribution` are resolved; runs after `setup`.
     fn register_tools(&self, registry: &mut crate::tools::ToolRegistry) {
         let _ = registry;
     }
@@ -335,5 +335,105 @@ impl ReferenceSolution {
     pub fn answer(mut self, text: impl Into<String>) -> Self {
         self.turns.push(ReferenceTurn::Answer(text.into()));
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hermes_hooks::{unqualified, HOOKS};
+
+    /// One hook as declared in `Environment`'s source.
+    struct Declared {
+        name: String,
+        /// From `fn` to the parameter list's `)` or the return type.
+        signature: String,
+        /// Whether it has a default body (is optional).
+        provided: bool,
+        /// The doc comment as one line.
+        doc: String,
+    }
+
+    /// The hooks `Environment` declares, read from this file: the table in `hermes_hooks` must
+    /// describe exactly these (the macro emits impls from the table, so a difference would
+    /// show only as a compile error in an environment, or as a wrong reference page).
+    fn declared() -> Vec<Declared> {
+        let source = include_str!("env.rs");
+        let body = source
+            .split("pub trait Environment: EnvDefinition {")
+            .nth(1)
+            .and_then(|rest| rest.split("\n}\n").next())
+            .expect("the Environment trait");
+        let mut hooks = Vec::new();
+        let mut doc: Vec<&str> = Vec::new();
+        let mut lines = body.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            if let Some(text) = line.strip_prefix("///") {
+                doc.push(text.trim());
+                continue;
+            }
+            if line.starts_with("fn ") {
+                let mut signature = line.to_owned();
+                while !signature.ends_with('{') && !signature.ends_with(';') {
+                    signature.push(' ');
+                    signature.push_str(lines.next().expect("the signature's end"));
+                }
+                let provided = signature.ends_with('{');
+                signature.pop();
+                hooks.push(Declared {
+                    name: line[3..line.find('(').expect("a parameter list")].to_owned(),
+                    signature,
+                    provided,
+                    doc: doc.join(" "),
+                });
+            }
+            doc.clear();
+        }
+        hooks
+    }
+
+    /// `text` without paths, whitespace or trailing commas, for comparing signatures.
+    fn normalized(text: &str) -> String {
+        let text: String = unqualified(text)
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        text.replace(",)", ")")
+    }
+
+    #[test]
+    fn the_hook_table_describes_the_trait() {
+        let declared = declared();
+        let names: Vec<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+        let table: Vec<&str> = HOOKS.iter().map(|h| h.name).collect();
+        assert_eq!(names, table, "Environment's hooks and hermes_hooks::HOOKS");
+        for (hook, declared) in HOOKS.iter().zip(&declared) {
+            let receiver = if hook.mut_self { "&mut self" } else { "&self" };
+            let params: String = hook
+                .params
+                .iter()
+                .map(|(name, ty)| format!(", {name}: {ty}"))
+                .collect();
+            let output = match (hook.is_async, hook.output) {
+                (true, output) => format!(
+                    " -> impl Future<Output = {}> + Send",
+                    output.unwrap_or("()")
+                ),
+                (false, Some(output)) => format!(" -> {output}"),
+                (false, None) => String::new(),
+            };
+            let expected = format!("fn {}({receiver}{params}){output}", hook.name);
+            assert_eq!(
+                normalized(&declared.signature),
+                normalized(&expected),
+                "the signature of `{}`",
+                hook.name
+            );
+            assert_eq!(declared.doc, hook.doc, "the doc of `{}`", hook.name);
+            assert_eq!(
+                declared.provided, !hook.required,
+                "whether `{}` is required",
+                hook.name
+            );
+        }
     }
 }

@@ -24,6 +24,7 @@ pub(crate) mod own_secrets;
 pub mod parsers;
 pub(crate) mod progress;
 pub mod pyjson;
+pub mod reference;
 pub mod sandbox;
 pub(crate) mod setup;
 pub mod shutdown;
