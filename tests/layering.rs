@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 /// The runtime's top-level modules, top of the stack first.
 const STACK: &[&str] = &[
     "app",
+    "reference",
     "commands",
     "testing",
     "modes",
