@@ -5,7 +5,7 @@ use std::io::Write as _;
 use hermes_runtime::config::cli::{parse, Invocation};
 use hermes_runtime::config::{
     resolve, ConfigError, EnvDescriptor, EvalHandling, HermesEnvConfig, Mode, NoConfig,
-    ResolvedConfig, ServerType,
+    ResolvedConfig, ScalarKind, ServerType,
 };
 
 fn descriptor() -> EnvDescriptor {
@@ -63,8 +63,8 @@ fn flag_value_forms() {
         (&["process", "--env.use_wandb=true"], |c| c.env.use_wandb),
         (&["process", "--testing"], |c| c.manager.testing),
         (&["process", "--testing", "true"], |c| c.manager.testing),
-        (&["process", "--env.agent_temperature", "-0.5"], |c| {
-            c.env.agent_temperature == -0.5
+        (&["process", "--env.rollout_timeout", "-0.5"], |c| {
+            c.env.rollout_timeout == -0.5
         }),
         (&["process", "--env.wandb_name", "None"], |c| {
             c.env.wandb_name.as_deref() == Some("my-env")
@@ -242,7 +242,7 @@ fn bad_input_is_a_one_line_error() {
         (&["proces"], "unrecognized subcommand 'proces'"),
         (
             &["process", "--env.group_size", "0"],
-            "env.group_size: must be at least 1",
+            "env.group_size: must be within 1..=4096, got 0",
         ),
         (
             &["process", "--env.reasoning_effort", "extreme"],
@@ -296,6 +296,72 @@ fn bad_yaml_names_the_file_and_line() {
     assert!(
         c.warnings[1].contains("unknown top-level key 'openia' ignored (did you mean 'openai'?)")
     );
+}
+
+#[test]
+fn numbers_outside_a_fields_range_are_refused_with_the_range_named() {
+    // A negative limit is not "unlimited", an absurd group is not a request to exhaust the
+    // host, and a non-finite time is not a time; every numeric flag has a range.
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["process", "--env.container_memory_mb", "-1"],
+            "env.container_memory_mb: must be within 0..=1048576, got -1",
+        ),
+        (
+            &["process", "--env.container_pids_limit", "-1"],
+            "env.container_pids_limit: must be within 0..=4194304, got -1",
+        ),
+        (
+            &["process", "--env.group_size", "9223372036854775807"],
+            "env.group_size: must be within 1..=4096, got 9223372036854775807",
+        ),
+        (
+            &["process", "--openai.timeout", "0"],
+            "openai.timeout: must be within 1..=1000000000, got 0",
+        ),
+        (
+            &["process", "--max_n_completions", "0"],
+            "max_n_completions: must be within 1..=65536, got 0",
+        ),
+    ];
+    for (args, needle) in cases {
+        let err = run(args)
+            .expect_err(&format!("{args:?} must fail"))
+            .to_string();
+        assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+        assert!(!err.contains('\n'), "one line: {err:?}");
+    }
+    let infinite = yaml("env:\n  rollout_timeout: .inf\n");
+    let err = run(&["process", "--config", infinite.path().to_str().unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("env.rollout_timeout"), "{err}");
+    let from_yaml = yaml("env:\n  sandbox_create_concurrency: 0\n");
+    let err = run(&["process", "--config", from_yaml.path().to_str().unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("env.sandbox_create_concurrency: must be within 1..=100000, got 0"),
+        "{err}"
+    );
+    // Every numeric field of every section has a range.
+    for (section, fields) in [
+        ("env", <HermesEnvConfig as hermes_runtime::config::ConfigSection>::fields()),
+        (
+            "openai",
+            <hermes_runtime::config::ApiServerConfig as hermes_runtime::config::ConfigSection>::fields(),
+        ),
+    ] {
+        for field in fields {
+            let numeric = matches!(field.shape.kind, ScalarKind::Int | ScalarKind::Float);
+            assert_eq!(
+                numeric,
+                field.range.is_some(),
+                "{section}.{}: a numeric field has a range, others none",
+                field.name
+            );
+        }
+    }
 }
 
 #[test]

@@ -940,15 +940,15 @@ fn retry_flags_set_the_policy_and_bad_values_are_one_line_errors() {
     for (args, expected) in [
         (
             ["--env.llm_retries", "-1"],
-            "env.llm_retries: must be 0 or more, got -1",
+            "env.llm_retries: must be within 0..=100, got -1",
         ),
         (
             ["--env.llm_retry_backoff", "-0.5"],
-            "env.llm_retry_backoff: must be 0 or more seconds, got -0.5",
+            "env.llm_retry_backoff: must be within 0..=3600, got -0.5",
         ),
         (
             ["--env.llm_server_cooldown", "0"],
-            "env.llm_server_cooldown: must be more than 0 seconds, got 0",
+            "env.llm_server_cooldown: must be within 0.001..=86400, got 0",
         ),
     ] {
         let err = resolve_flags(&["process", args[0], args[1]])

@@ -114,7 +114,7 @@ fn config_section(env: &Env, config: &Ident) -> TokenStream {
     let specs = fields.iter().map(|(field, config)| {
         let (name, ty, help) = (field.ident.unraw().to_string(), &field.ty, &config.help);
         let shape = quote_spanned!(ty.span()=> <#ty as ::hermes_env::__private::FlagType>::SHAPE);
-        quote! { ::hermes_env::__private::FieldSpec { name: #name, shape: #shape, help: #help } }
+        quote! { ::hermes_env::__private::FieldSpec { name: #name, shape: #shape, help: #help, range: ::core::option::Option::None } }
     });
     quote! {
         #[doc = #doc]

@@ -96,6 +96,55 @@ pub struct FieldSpec {
     pub shape: FlagShape,
     /// Help text (the field's doc comment).
     pub help: &'static str,
+    /// The values a numeric field accepts; `None` for other fields.
+    pub range: Option<Range>,
+}
+
+/// The closed interval a numeric field's value must lie in. A negative limit is not
+/// "unlimited" and an absurd count is not a request to exhaust the host: both are refused
+/// with the bounds named.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Range {
+    /// The smallest value accepted.
+    pub min: f64,
+    /// The largest value accepted.
+    pub max: f64,
+}
+
+impl Range {
+    /// `min..=max`.
+    pub const fn new(min: f64, max: f64) -> Self {
+        Range { min, max }
+    }
+
+    /// `Err(reason)` when `value` (a field's JSON value) is a number outside the range or a
+    /// non-finite float (which serialises as `null`); `null` of a nullable field passes.
+    pub fn check(&self, shape: FlagShape, value: &Value) -> Result<(), String> {
+        let number = match value {
+            Value::Null if shape.nullable => return Ok(()),
+            Value::Number(n) => n.as_f64(),
+            _ => None,
+        };
+        match number {
+            Some(v) if (self.min..=self.max).contains(&v) => Ok(()),
+            Some(_) => Err(format!("must be within {self}, got {value}")),
+            None => Err(format!("must be a finite number within {self}")),
+        }
+    }
+
+    fn show(v: f64) -> String {
+        if v.fract() == 0.0 && v.abs() < 1e15 {
+            format!("{}", v as i64)
+        } else {
+            format!("{v}")
+        }
+    }
+}
+
+impl std::fmt::Display for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..={}", Self::show(self.min), Self::show(self.max))
+    }
 }
 
 /// Parses a flag's text as `shape` (Atropos's lenient coercions, plus negative numbers and

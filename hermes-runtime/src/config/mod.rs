@@ -12,7 +12,7 @@ mod yaml_depth;
 
 pub use default_server::DefaultServer;
 pub use env::{EvalHandling, HermesEnvConfig};
-pub use flags::{FieldSpec, FlagShape, FlagType, ScalarKind};
+pub use flags::{FieldSpec, FlagShape, FlagType, Range, ScalarKind};
 pub(crate) use resolve::manager_fields;
 pub use resolve::{resolve, EnvDescriptor, Mode, ResolvedConfig};
 pub use section::{set_default, ConfigSection, NoConfig};

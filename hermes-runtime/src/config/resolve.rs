@@ -402,6 +402,15 @@ pub fn resolve(
         .map_err(|e| ConfigError::Invalid(format!("openai config: {e}")))?;
     let manager: ManagerConfig = serde_json::from_value(Value::Object(manager))
         .map_err(|e| ConfigError::Invalid(format!("config: {e}")))?;
+    check_ranges("env.", &HermesEnvConfig::fields(), &env)?;
+    for (i, server) in servers.iter().enumerate() {
+        let section = match servers.len() {
+            1 => "openai.".to_owned(),
+            _ => format!("openai[{i}]."),
+        };
+        check_ranges(&section, &ApiServerConfig::fields(), server)?;
+    }
+    check_ranges("", &manager_fields(), &manager)?;
     validate(&env)?;
     Ok(ResolvedConfig {
         mode,
@@ -433,16 +442,19 @@ pub fn manager_fields() -> Vec<FieldSpec> {
             name: "slurm",
             shape: bool::SHAPE,
             help: "Spread inference servers over SLURM nodes (accepted for compatibility).",
+            range: None,
         },
         FieldSpec {
             name: "testing",
             shape: bool::SHAPE,
             help: "Use the embedded scripted inference server (no model needed).",
+            range: None,
         },
         FieldSpec {
             name: "max_n_completions",
             shape: i64::SHAPE,
             help: "Largest n per request; bigger requests are split.",
+            range: Some(super::flags::Range::new(1.0, 65536.0)),
         },
         FieldSpec {
             name: "proxy_url",
@@ -451,83 +463,41 @@ pub fn manager_fields() -> Vec<FieldSpec> {
                 ..String::SHAPE
             },
             help: "OpenAI-compatible proxy URL (accepted for compatibility; unused).",
+            range: None,
         },
     ]
 }
 
+/// Every numeric field of a section (`env.`, `openai.`, the run flags) inside its [`Range`]:
+/// a negative limit or an absurd count is refused with the bounds named, never read as
+/// "unlimited" or allowed to exhaust the host.
+fn check_ranges(
+    section: &str,
+    fields: &[FieldSpec],
+    value: &impl serde::Serialize,
+) -> Result<(), ConfigError> {
+    let Ok(Value::Object(map)) = serde_json::to_value(value) else {
+        return Ok(());
+    };
+    for field in fields {
+        if let (Some(range), Some(v)) = (field.range, map.get(field.name)) {
+            range
+                .check(field.shape, v)
+                .map_err(|why| ConfigError::Invalid(format!("{section}{}: {why}", field.name)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Rules beyond one field's range.
 fn validate(env: &HermesEnvConfig) -> Result<(), ConfigError> {
     let bad = |field: &str, msg: String| Err(ConfigError::Invalid(format!("env.{field}: {msg}")));
-    if env.group_size < 1 {
-        return bad(
-            "group_size",
-            format!("must be at least 1, got {}", env.group_size),
-        );
-    }
-    if env.max_agent_turns < 1 {
-        return bad(
-            "max_agent_turns",
-            format!("must be at least 1, got {}", env.max_agent_turns),
-        );
-    }
-    if env.llm_retries < 0 {
-        return bad(
-            "llm_retries",
-            format!("must be 0 or more, got {}", env.llm_retries),
-        );
-    }
-    for (field, secs) in [
-        ("llm_retry_backoff", env.llm_retry_backoff),
-        ("llm_retry_backoff_cap", env.llm_retry_backoff_cap),
-    ] {
-        if !(secs.is_finite() && secs >= 0.0) {
-            return bad(field, format!("must be 0 or more seconds, got {secs}"));
-        }
-    }
-    // Time limits become `Duration`s: a non-finite or absurd value is a config error, not a
-    // panic at the first rollout (<= 0 still means "no limit" where the field says so).
-    for (field, secs) in [
-        ("rollout_timeout", env.rollout_timeout),
-        ("worker_timeout", env.worker_timeout),
-        ("shutdown_grace", env.shutdown_grace),
-    ] {
-        if !(secs.is_finite() && secs < 1e9) {
-            return bad(
-                field,
-                format!("must be a finite number of seconds below 1e9, got {secs}"),
-            );
-        }
-    }
-    if !(env.llm_server_cooldown.is_finite() && env.llm_server_cooldown > 0.0) {
-        return bad(
-            "llm_server_cooldown",
-            format!(
-                "must be more than 0 seconds, got {}",
-                env.llm_server_cooldown
-            ),
-        );
-    }
     if let Some(effort) = &env.reasoning_effort {
         const EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "high", "xhigh"];
         if !EFFORTS.contains(&effort.as_str()) {
             return bad(
                 "reasoning_effort",
                 format!("expected one of {}, got '{effort}'", EFFORTS.join(", ")),
-            );
-        }
-    }
-    if let Some(n) = env.max_reasoning_tokens {
-        if !(1024..=32000).contains(&n) {
-            return bad(
-                "max_reasoning_tokens",
-                format!("must be within 1024..=32000, got {n}"),
-            );
-        }
-    }
-    if let Some(a) = env.min_batch_allocation {
-        if !(0.0..=1.0).contains(&a) {
-            return bad(
-                "min_batch_allocation",
-                format!("must be within 0..1, got {a}"),
             );
         }
     }

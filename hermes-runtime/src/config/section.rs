@@ -26,10 +26,14 @@ impl ConfigSection for NoConfig {
 
 /// Declares a config struct, its `Default` and its `ConfigSection` field list from one table.
 macro_rules! config_section {
+    (@range) => { None };
+    (@range $min:expr, $max:expr) => {
+        Some($crate::config::flags::Range::new($min as f64, $max as f64))
+    };
     (
         $(#[$meta:meta])*
         pub struct $name:ident {
-            $( $(#[doc = $doc:literal])+ $field:ident : $ty:ty = $default:expr, )*
+            $( $(#[doc = $doc:literal])+ $(#[range($min:expr, $max:expr)])? $field:ident : $ty:ty = $default:expr, )*
         }
     ) => {
         $(#[$meta])*
@@ -53,6 +57,7 @@ macro_rules! config_section {
                     name: stringify!($field),
                     shape: <$ty as $crate::config::FlagType>::SHAPE,
                     help: concat!($($doc),+),
+                    range: $crate::config::section::config_section!(@range $($min, $max)?),
                 }, )*]
             }
         }

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::env::SECONDS_MAX;
 use super::flags::{FlagShape, FlagType, ScalarKind};
 use super::section::config_section;
 
@@ -31,14 +32,18 @@ config_section! {
     /// expansion to localhost:9004-9007 is not reproduced).
     pub struct ApiServerConfig {
         /// Per-request timeout in seconds.
+        #[range(1, SECONDS_MAX)]
         timeout: i64 = 1200,
         /// Concurrent training requests to this server.
+        #[range(1, 1_000_000)]
         num_max_requests_at_once: i64 = 512,
         /// Concurrent evaluation requests to this server.
+        #[range(1, 1_000_000)]
         num_requests_for_eval: i64 = 64,
         /// Model name sent as `model`.
         model_name: String = "default".into(),
         /// Length of the request-time buffers kept for server metrics.
+        #[range(1, 10_000_000)]
         rolling_buffer_length: i64 = 1000,
         /// Server protocol: openai, trl, sglang or vllm.
         server_type: ServerType = ServerType::Openai,
@@ -55,6 +60,7 @@ config_section! {
         /// Environment variable holding the API key when api_key is empty, e.g. OPENROUTER_API_KEY (also read from ./.env); null = OPENAI_API_KEY.
         api_key_env: Option<String> = None,
         /// Share of this server in upstream's weighted server selection (accepted for compatibility, as upstream Atropos ignores it too; requests are spread over the servers by load).
+        #[range(0, 1_000_000)]
         weight: f64 = 1.0,
     }
 }

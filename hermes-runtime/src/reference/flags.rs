@@ -19,7 +19,9 @@ pub fn page() -> String {
         "Flags",
         "The flags of `serve`, `process` and `evaluate`. Each is also a key of the YAML file \
          given with `--config` (under `env:` or `openai:`); flags win over YAML, YAML over the \
-         defaults. A flag that takes `null` clears its value with `None`.",
+         defaults. A flag that takes `null` clears its value with `None`. A number outside \
+         its range (`INT in 1..=4096`) is refused with the range named, from a flag, the YAML \
+         file or an environment's own default alike.",
     );
     out.push_str(
         "\n## Environment: `--env.*`\n\nThe shared fields of every environment. An \
@@ -73,7 +75,12 @@ fn fields(prefix: &str, fields: &[FieldSpec], defaults: &Map<String, Value>) -> 
             let default = defaults.get(field.name).unwrap_or(&Value::Null);
             vec![
                 code(&format!("{prefix}{}", field.name)),
-                shape(field.shape),
+                match field.range {
+                    Some(range) => {
+                        format!("{} in {}", shape(field.shape), code(&range.to_string()))
+                    }
+                    None => shape(field.shape),
+                },
                 code(&default.to_string()),
                 field.help.trim().to_owned(),
             ]
