@@ -1,6 +1,8 @@
-//! Text from the other side never drives the user's terminal: an inference server's error body
-//! and a process name chosen by the model reach the `terminal_test` example's log lines and
-//! its error line with their control characters escaped (`\x1b`, `\r`, `\u{9b}`), never raw.
+//! What the other side sends is bounded and never drives the user's terminal: an inference
+//! server's error body and a process name chosen by the model reach the `terminal_test`
+//! example's log lines and its error line with their control characters escaped (`\x1b`,
+//! `\r`, `\u{9b}`), never raw; a response body larger than its limit (inference or the
+//! trajectory API) is refused with the limit named, not read into memory.
 
 mod common;
 
@@ -25,15 +27,25 @@ async fn run(args: &[&str], tmp: &Path) -> Output {
         .expect("run the example")
 }
 
-/// A server answering every request with HTTP 400 and `body` as it is (not JSON-encoded, as
-/// a hostile or broken server may), on 127.0.0.1; returns its `/v1` base URL.
-async fn raw_error_server(body: String) -> String {
+/// What a raw test server answers to every request.
+#[derive(Clone)]
+enum Answer {
+    /// HTTP 400 with this body as it is (not JSON-encoded, as a hostile or broken server may).
+    Error(String),
+    /// HTTP 200 whose body is `bytes` spaces, sent chunked (no length announced).
+    Endless(usize),
+    /// HTTP 200 announcing a body of this many bytes, then sending none.
+    Announced(u64),
+}
+
+/// A server on 127.0.0.1 answering every request with `answer`; returns its `/v1` base URL.
+async fn raw_server(answer: Answer) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            let body = body.clone();
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -61,11 +73,40 @@ async fn raw_error_server(body: String) -> String {
                         }
                     }
                 }
-                let response = format!(
-                    "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
+                let _ = match answer {
+                    Answer::Error(body) => {
+                        let head = format!(
+                            "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        stream.write_all(format!("{head}{body}").as_bytes()).await
+                    }
+                    Answer::Endless(bytes) => {
+                        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+                        if stream.write_all(head.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        let chunk = vec![b' '; 1 << 16];
+                        let mut sent = 0;
+                        while sent < bytes {
+                            let frame = [
+                                format!("{:x}\r\n", chunk.len()).into_bytes(),
+                                chunk.clone(),
+                                b"\r\n".to_vec(),
+                            ]
+                            .concat();
+                            if stream.write_all(&frame).await.is_err() {
+                                return; // the client stopped reading: the point
+                            }
+                            sent += chunk.len();
+                        }
+                        stream.write_all(b"0\r\n\r\n").await
+                    }
+                    Answer::Announced(length) => {
+                        let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n");
+                        stream.write_all(head.as_bytes()).await
+                    }
+                };
             });
         }
     });
@@ -104,7 +145,7 @@ fn assert_no_raw_controls(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_servers_error_body_is_escaped_in_every_line_printed() {
-    let url = raw_error_server(format!("bad {HOSTILE}")).await;
+    let url = raw_server(Answer::Error(format!("bad {HOSTILE}"))).await;
     let tmp = tempfile::tempdir().unwrap();
     let mut args: Vec<String> = [
         "process",
@@ -172,4 +213,52 @@ async fn a_process_name_chosen_by_the_model_is_escaped_in_the_tripwire_line() {
         stderr.escape_debug()
     );
     assert_no_raw_controls("stderr", &stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inference_response_past_its_limit_is_refused_with_the_limit_named() {
+    for answer in [Answer::Endless(200 << 20), Answer::Announced(600 << 20)] {
+        let url = raw_server(answer).await;
+        let tmp = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = [
+            "process",
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "1",
+            "--env.use_wandb",
+            "false",
+            "--env.max_rollout_retries",
+            "0",
+            "--env.llm_retries",
+            "0",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(server_args(&url));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = run(&argv, tmp.path()).await;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "no group can be made: {stderr}");
+        assert!(
+            stderr.contains("the response body exceeds 64 MiB, the most a response may hold"),
+            "{stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trajectory_api_answer_past_its_limit_is_refused_with_the_limit_named() {
+    let url = raw_server(Answer::Endless(100 << 20)).await;
+    let api = hermes_runtime::atropos::TrajectoryApi::new(
+        url.trim_end_matches("/v1"),
+        hermes_runtime::llm::RetryPolicy::default(),
+        std::time::Duration::from_secs(1),
+    )
+    .unwrap();
+    let err = api.info().await.expect_err("a 100 MiB answer").to_string();
+    assert!(
+        err.contains("the response body exceeds 16 MiB, the most a response may hold"),
+        "{err}"
+    );
 }

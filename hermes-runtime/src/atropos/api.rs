@@ -4,6 +4,7 @@
 //! exponential backoff, 4xx on scored data logged and dropped.
 
 use crate::diagnostics::{error_chain, snippet};
+use crate::llm::http::{read_capped, ReadError};
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -17,6 +18,10 @@ use tracing::{info, warn};
 use super::ScoredDataGroup;
 use crate::llm::RetryPolicy;
 use crate::pyjson::JsonLayout;
+
+/// The most bytes of one trajectory-API answer read: the env's calls get small JSON answers,
+/// and a broken or hostile server cannot make the process hold more.
+pub const API_RESPONSE_LIMIT: usize = 16 << 20;
 
 /// Request bodies at least this large are gzipped when that makes them smaller.
 pub(crate) const GZIP_THRESHOLD: usize = 1024;
@@ -229,10 +234,21 @@ impl TrajectoryApi {
             reason: error_chain(&e),
         })?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| ApiError::Connect {
-            url: url.clone(),
-            reason: error_chain(&e),
-        })?;
+        let text = match read_capped(resp, API_RESPONSE_LIMIT).await {
+            Ok(text) => text,
+            Err(ReadError::Transport(e)) => {
+                return Err(ApiError::Connect {
+                    url,
+                    reason: error_chain(&e),
+                })
+            }
+            Err(too_large) => {
+                return Err(ApiError::Decode {
+                    url,
+                    reason: too_large.to_string(),
+                })
+            }
+        };
         if !status.is_success() {
             return Err(ApiError::Status {
                 url,

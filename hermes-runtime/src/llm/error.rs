@@ -69,7 +69,7 @@ fn exhausted(
     let state = match cause {
         HttpFailure::Connect(_) => "unreachable",
         HttpFailure::Timeout(_) => "not answering",
-        HttpFailure::Status { .. } => "failing",
+        HttpFailure::Status { .. } | HttpFailure::TooLarge { .. } => "failing",
     };
     let plural = if attempts == 1 { "" } else { "s" };
     match tried {

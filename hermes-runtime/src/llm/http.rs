@@ -28,6 +28,66 @@ pub enum HttpFailure {
     /// No complete answer within the per-request timeout.
     #[error("no response within {} s", .0.as_secs_f64())]
     Timeout(Duration),
+    /// The response body was larger than a response may be ([`RESPONSE_LIMIT`]); reading
+    /// stopped there.
+    #[error("the response body exceeds {} MiB, the most a response may hold", .limit / MIB)]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+const MIB: usize = 1 << 20;
+
+/// The most bytes of one response body read from an inference server: a chat completion or
+/// a `/generate` answer with logprobs for a whole group stays far below it, and a broken or
+/// hostile server cannot make the process hold gigabytes (nor write them to a JSONL row).
+pub const RESPONSE_LIMIT: usize = 64 * MIB;
+
+/// The body of `response` as text, refused past `limit` bytes (announced or read).
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<String, ReadError> {
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(ReadError::TooLarge { limit });
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(ReadError::Transport)? {
+        if body.len() + chunk.len() > limit {
+            return Err(ReadError::TooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// Why [`read_capped`] got no body.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// The connection failed while the body was read.
+    Transport(reqwest::Error),
+    /// The body was larger than the limit.
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Transport(e) => write!(f, "{}", crate::diagnostics::error_chain(e)),
+            ReadError::TooLarge { limit } => write!(
+                f,
+                "the response body exceeds {} MiB, the most a response may hold",
+                limit / MIB
+            ),
+        }
+    }
 }
 
 impl HttpFailure {
@@ -36,7 +96,9 @@ impl HttpFailure {
     pub fn retryable(&self) -> bool {
         match self {
             HttpFailure::Status { status, .. } => retryable_status(*status),
-            HttpFailure::Connect(_) | HttpFailure::Timeout(_) => true,
+            HttpFailure::Connect(_) | HttpFailure::Timeout(_) | HttpFailure::TooLarge { .. } => {
+                true
+            }
         }
     }
 
@@ -45,7 +107,9 @@ impl HttpFailure {
     pub fn is_server_fault(&self) -> bool {
         match self {
             HttpFailure::Status { status, .. } => *status >= 500,
-            HttpFailure::Connect(_) | HttpFailure::Timeout(_) => true,
+            HttpFailure::Connect(_) | HttpFailure::Timeout(_) | HttpFailure::TooLarge { .. } => {
+                true
+            }
         }
     }
 }
@@ -129,7 +193,11 @@ async fn exchange(
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
-    let text = response.text().await.map_err(failed)?;
+    let text = match read_capped(response, RESPONSE_LIMIT).await {
+        Ok(text) => text,
+        Err(ReadError::Transport(e)) => return Err(failed(e)),
+        Err(ReadError::TooLarge { limit }) => return Err(HttpFailure::TooLarge { limit }),
+    };
     if status.is_success() {
         return Ok(text);
     }

@@ -7,7 +7,7 @@ mod client;
 mod error;
 pub mod generate;
 mod health;
-mod http;
+pub(crate) mod http;
 pub mod managed;
 mod pieces;
 mod pool;
