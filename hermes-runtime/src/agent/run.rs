@@ -12,7 +12,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::result::{clip, panic_message, AgentResult, ToolError};
 use crate::atropos::json::to_python_string;
-use crate::llm::{new_call_id, ChatBackend, ChatRequest, Message, Split, ToolCall};
+use crate::llm::{new_call_id, ChatBackend, ChatRequest, LlmError, Message, Split, ToolCall};
 use crate::parsers::{self, HermesParser, ToolCallParser};
 use crate::sandbox::TaskSandbox;
 use crate::tools::budget::{persist, ResultBudget};
@@ -57,9 +57,28 @@ pub struct AgentLoop<'a> {
     pub settings: &'a AgentSettings,
 }
 
+/// How a run ended, beyond what [`AgentResult`] records.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Ending {
+    /// A plain answer, the turn limit, or an LLM failure (in [`AgentResult::llm_error`]).
+    #[default]
+    Finished,
+    /// The conversation outgrew the model's context window: the model's own outcome, verified
+    /// as it stands (like a turn-limit end).
+    ContextExceeded {
+        /// The server's error, one line.
+        message: String,
+    },
+}
+
 impl AgentLoop<'_> {
     /// Runs the loop from `messages` (system + user prompt) to completion.
     pub async fn run(&self, messages: Vec<Message>) -> AgentResult {
+        self.run_to_end(messages).await.0
+    }
+
+    /// [`Self::run`], and how it ended.
+    pub async fn run_to_end(&self, messages: Vec<Message>) -> (AgentResult, Ending) {
         let mut result = AgentResult {
             messages,
             ..Default::default()
@@ -90,13 +109,21 @@ impl AgentLoop<'_> {
                     Some(c) => c,
                     None => {
                         result.llm_error = Some("the server returned no choices".into());
-                        return result;
+                        return (result, Ending::Finished);
                     }
                 },
+                Err(e @ LlmError::ContextExceeded { .. }) => {
+                    // Not a failed call: the rollout ends here and its verifier decides.
+                    let message = e.to_string();
+                    return (result, Ending::ContextExceeded { message });
+                }
                 Err(e) => {
-                    warn!("LLM call failed on turn {}: {e}", turn + 1);
+                    // A fatal refusal stops the run with its own line; this one is for the rest.
+                    if !e.is_fatal() {
+                        warn!("LLM call failed on turn {}: {e}", turn + 1);
+                    }
                     result.llm_error = Some(e.to_string());
-                    return result;
+                    return (result, Ending::Finished);
                 }
             };
             let message = choice.message;
@@ -118,7 +145,7 @@ impl AgentLoop<'_> {
                     ..Message::assistant(content)
                 });
                 result.finished_naturally = true;
-                return result;
+                return (result, Ending::Finished);
             }
             let calls: Vec<ToolCall> = calls
                 .into_iter()
@@ -165,7 +192,7 @@ impl AgentLoop<'_> {
             self.enforce_turn_budget(&mut result.messages[first_result..], &calls, &mut persisted)
                 .await;
         }
-        result
+        (result, Ending::Finished)
     }
 
     /// The configured raw-text parser (`hermes` when the name is unknown).

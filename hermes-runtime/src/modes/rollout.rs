@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tracing::{info_span, warn, Instrument};
 
-use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings};
+use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings, Ending};
 use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
@@ -187,6 +187,27 @@ impl Runtime {
         &self.llm
     }
 
+    /// The refusal that stops the run (a wrong key, an unknown model, a request the server
+    /// cannot accept), from whichever client met it.
+    pub fn llm_fatal(&self) -> Option<crate::llm::LlmError> {
+        let phase2 = match &self.tokens {
+            TokenSource::Managed(phase2) => phase2.client.pool().fatal(),
+            _ => None,
+        };
+        self.llm.pool().fatal().or(phase2).cloned()
+    }
+
+    /// Completes with the refusal that stops the run, once one comes.
+    pub async fn llm_fatal_raised(&self) -> crate::llm::LlmError {
+        match &self.tokens {
+            TokenSource::Managed(phase2) => tokio::select! {
+                e = self.llm.pool().fatal_raised() => e,
+                e = phase2.client.pool().fatal_raised() => e,
+            },
+            _ => self.llm.pool().fatal_raised().await,
+        }
+    }
+
     /// Request statistics per inference server since the last call (which clears them), from
     /// the client that served the rollouts: `/generate` in Phase 2, chat completions otherwise.
     pub fn take_request_stats(&self) -> Vec<crate::llm::RequestStats> {
@@ -288,10 +309,10 @@ async fn run_attempt<A: EnvAccess>(
         let agent_run = run_agent(rt, split, tools, &sandbox, messages.clone());
         let limit = rt.config.rollout_timeout;
         let (run, nodes, reward, outcome) = match within_rollout_timeout(limit, agent_run).await {
-            Some((run, nodes)) => {
+            Some((run, nodes, ending)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
-                    settle(&*env, rt, item, &run, &sandbox, tools, &armed).await
+                    settle(&*env, rt, item, &run, &ending, &sandbox, tools, &armed).await
                 };
                 (run, nodes, reward, outcome)
             }
@@ -348,14 +369,14 @@ async fn first_messages<A: EnvAccess>(
 }
 
 /// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
-/// or the chat client.
+/// or the chat client, and how it ended.
 async fn run_agent(
     rt: &Runtime,
     split: Split,
     tools: &Arc<ToolSet>,
     sandbox: &Arc<TaskSandbox>,
     messages: Vec<Message>,
-) -> (AgentResult, Option<NodeList>) {
+) -> (AgentResult, Option<NodeList>, Ending) {
     let settings = rt.agent_settings(split);
     match &rt.tokens {
         TokenSource::Managed(phase2) => {
@@ -367,8 +388,8 @@ async fn run_agent(
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            let run = agent.run(messages).await;
-            (run, Some(session.nodes()))
+            let (run, ending) = agent.run_to_end(messages).await;
+            (run, Some(session.nodes()), ending)
         }
         _ => {
             let agent = AgentLoop {
@@ -378,7 +399,8 @@ async fn run_agent(
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            (agent.run(messages).await, None)
+            let (run, ending) = agent.run_to_end(messages).await;
+            (run, None, ending)
         }
     }
 }
@@ -410,12 +432,15 @@ async fn release(sandbox: &TaskSandbox) {
 }
 
 /// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
-/// model giving nothing to verify, a tripped wire, or the verifier's verdict.
+/// model giving nothing to verify, a tripped wire, or the verifier's verdict (on a run that
+/// outgrew the model's context too: that is the model's outcome, like a turn-limit end).
+#[allow(clippy::too_many_arguments)]
 async fn settle<E: Environment>(
     env: &E,
     rt: &Runtime,
     item: &E::Item,
     run: &AgentResult,
+    ending: &Ending,
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
     armed: &Armed,
@@ -432,14 +457,27 @@ async fn settle<E: Environment>(
             },
         );
     }
-    if run.has_no_agent_output() {
+    let context_exceeded = match ending {
+        Ending::ContextExceeded { message } => Some(message),
+        Ending::Finished => None,
+    };
+    if run.has_no_agent_output() && context_exceeded.is_none() {
         let reason = "the model produced nothing to verify".to_owned();
         return (0.0, RewardOutcome::ModelEnded { reason });
     }
     if let Some(outcome) = guard_verification(sandbox, armed).await {
         return (0.0, outcome);
     }
-    score(env, rt, item, run, sandbox, tools).await
+    match (
+        score(env, rt, item, run, sandbox, tools).await,
+        context_exceeded,
+    ) {
+        ((reward, RewardOutcome::Scored), Some(message)) => {
+            let message = message.clone();
+            (reward, RewardOutcome::ContextExceeded { message })
+        }
+        (verdict, _) => verdict,
+    }
 }
 
 /// The tripwires between the agent phase and the verifier: stops every process the agent
@@ -546,6 +584,10 @@ async fn run_rollout_retrying<A: EnvAccess>(
         };
         failures.add(kind);
         let message = rollout.outcome.failure_message().unwrap_or_default();
+        if rt.llm_fatal().is_some() {
+            // The run is stopping on a refusal no re-run can fix; the mode says why.
+            return (run, failures);
+        }
         if attempt >= attempts || abandon.load(Ordering::Relaxed) {
             warn!(
                 "rollout failed ({} failure) after {attempt} attempt(s), not trained on: {message}",

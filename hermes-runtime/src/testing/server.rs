@@ -35,8 +35,10 @@ pub enum Reply {
         /// `reasoning_content` to return.
         reasoning: Option<String>,
     },
-    /// An HTTP error status with this body.
+    /// An HTTP error status with this message (in an OpenAI-style `{"error": …}` body).
     Status(u16, String),
+    /// An HTTP status with exactly this JSON body: a real server's error, byte for byte.
+    ErrorBody(u16, String),
     /// A 200 response with an empty `choices` list.
     NoChoices,
     /// A 200 response whose body is this raw text (e.g. not JSON).
@@ -206,6 +208,17 @@ impl ScriptedServer {
     }
 }
 
+/// `body` as JSON with status `code`.
+fn error_body(code: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
 async fn models() -> Json<Value> {
     Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
 }
@@ -227,6 +240,7 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
                 .into_response()
         }
         Reply::Raw(text) => (StatusCode::OK, text).into_response(),
+        Reply::ErrorBody(code, body) => error_body(code, body),
         Reply::NoChoices => {
             Json(json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "choices": []}))
                 .into_response()
@@ -374,6 +388,7 @@ async fn generate(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
             }
             Reply::NoChoices => String::new(),
             Reply::Raw(text) => return (StatusCode::OK, text).into_response(),
+            Reply::ErrorBody(code, body) => return error_body(code, body),
         };
         let mut ids = match tok.encode(&text, false) {
             Ok(ids) => ids,

@@ -280,10 +280,17 @@ impl<E: Environment> Loop<E> {
         let mut ticker = tokio::time::interval(self.opts.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = self.shutdown.clone();
+        let rt = Arc::clone(&self.rt);
+        let mut fatal = None;
         loop {
             tokio::select! {
                 Some(done) = self.workers.join_next(), if self.workers.has_tasks() => {
                     self.finished(done);
+                }
+                // A refusal no retry can fix (wrong key or model): deliver what is done, stop.
+                e = rt.llm_fatal_raised() => {
+                    fatal = Some(e);
+                    break;
                 }
                 true = self.outbox.next_sent(&mut self.summary), if self.outbox.sending() => {}
                 () = shutdown.requested() => {
@@ -303,7 +310,10 @@ impl<E: Environment> Loop<E> {
             }
         }
         self.shutdown().await;
-        Ok(self.summary)
+        match fatal {
+            Some(e) => Err(e.into()),
+            None => Ok(self.summary),
+        }
     }
 
     /// One main-loop tick; `true` = stop.
