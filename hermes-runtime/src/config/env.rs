@@ -176,8 +176,7 @@ config_section! {
         preview_size_chars: i64 = 1500,
         /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (read_file is never saved).
         tool_result_overrides: Option<Map<String, Value>> = None,
-        /// Wall-clock limit of one rollout's agent loop in seconds (<= 0: none); a rollout that
-        /// runs past it is stopped and scores 0 with outcome `timeout`.
+        /// Limit on one rollout's agent time in seconds (<= 0: none): its tool calls and turns, not the time spent waiting on inference (a slow server is not the model's doing; each inference call has its own --openai.timeout and fails as an `llm` failure). A rollout past it is stopped and scores 0 with outcome `timeout`.
         rollout_timeout: f64 = 0.0,
         /// Evaluate at most this many eval items (null = all).
         eval_size: Option<i64> = None,

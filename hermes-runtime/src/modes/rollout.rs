@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tracing::{info_span, warn, Instrument};
 
+use super::agent_clock::{within_budget, AgentClock, Metered};
 use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings, Ending};
 use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
@@ -306,9 +307,10 @@ async fn run_attempt<A: EnvAccess>(
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let armed = Armed::now();
-        let agent_run = run_agent(rt, split, tools, &sandbox, messages.clone());
+        let clock = AgentClock::start();
+        let agent_run = run_agent(rt, split, tools, &sandbox, &clock, messages.clone());
         let limit = rt.config.rollout_timeout;
-        let (run, nodes, reward, outcome) = match within_rollout_timeout(limit, agent_run).await {
+        let (run, nodes, reward, outcome) = match within_budget(limit, &clock, agent_run).await {
             Some((run, nodes, ending)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
@@ -317,7 +319,10 @@ async fn run_attempt<A: EnvAccess>(
                 (run, nodes, reward, outcome)
             }
             None => {
-                warn!("rollout stopped after rollout_timeout = {limit} s; scored 0.0");
+                warn!(
+                    "rollout stopped after rollout_timeout = {limit} s of agent time (time waiting \
+                     on inference not counted); scored 0.0"
+                );
                 let run = AgentResult {
                     messages,
                     llm_error: Some(format!("rollout timed out after {limit} s")),
@@ -369,12 +374,13 @@ async fn first_messages<A: EnvAccess>(
 }
 
 /// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
-/// or the chat client, and how it ended.
+/// or the chat client, and how it ended; its inference calls stop `clock`.
 async fn run_agent(
     rt: &Runtime,
     split: Split,
     tools: &Arc<ToolSet>,
     sandbox: &Arc<TaskSandbox>,
+    clock: &AgentClock,
     messages: Vec<Message>,
 ) -> (AgentResult, Option<NodeList>, Ending) {
     let settings = rt.agent_settings(split);
@@ -382,7 +388,10 @@ async fn run_agent(
         TokenSource::Managed(phase2) => {
             let session = ManagedSession::new(phase2);
             let agent = AgentLoop {
-                llm: &session,
+                llm: &Metered {
+                    inner: &session,
+                    clock,
+                },
                 tools,
                 sandbox,
                 tool_permits: &rt.tool_permits,
@@ -393,7 +402,10 @@ async fn run_agent(
         }
         _ => {
             let agent = AgentLoop {
-                llm: &rt.llm,
+                llm: &Metered {
+                    inner: &rt.llm,
+                    clock,
+                },
                 tools,
                 sandbox,
                 tool_permits: &rt.tool_permits,
@@ -402,17 +414,6 @@ async fn run_agent(
             let (run, ending) = agent.run_to_end(messages).await;
             (run, None, ending)
         }
-    }
-}
-
-/// `run` bounded by `--env.rollout_timeout` seconds (`None` when it ran out; 0 = no limit).
-async fn within_rollout_timeout<T>(limit: f64, run: impl Future<Output = T>) -> Option<T> {
-    if limit > 0.0 {
-        tokio::time::timeout(Duration::from_secs_f64(limit), run)
-            .await
-            .ok()
-    } else {
-        Some(run.await)
     }
 }
 

@@ -130,6 +130,17 @@ struct Shared {
     counter: AtomicU64,
     record: bool,
     tokenizer: Arc<ChatTokenizer>,
+    /// How long each answer waits before it is sent (a slow inference server).
+    delay: Mutex<std::time::Duration>,
+}
+
+impl Shared {
+    async fn wait_out_delay(&self) {
+        let delay = *self.delay.lock().expect("lock poisoned");
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
 }
 
 /// A running scripted server; stops when dropped.
@@ -171,6 +182,7 @@ impl ScriptedServer {
             counter: AtomicU64::new(0),
             record,
             tokenizer,
+            delay: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -202,6 +214,11 @@ impl ScriptedServer {
         self.shared.requests.lock().expect("lock poisoned").clone()
     }
 
+    /// Delays every later answer by `delay`, as a slow or overloaded server would.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        *self.shared.delay.lock().expect("lock poisoned") = delay;
+    }
+
     /// Number of chat requests answered.
     pub fn request_count(&self) -> u64 {
         self.shared.counter.load(Ordering::Relaxed)
@@ -227,6 +244,7 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
     let n = shared.counter.fetch_add(1, Ordering::Relaxed);
     let reply = shared.policy.respond(&body);
     let model = body.get("model").cloned().unwrap_or(Value::Null);
+    shared.wait_out_delay().await;
     if shared.record {
         shared.requests.lock().expect("lock poisoned").push(body);
     }
@@ -375,6 +393,7 @@ async fn generate(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
     }
     let mut samples = Vec::new();
     for _ in 0..n {
+        shared.wait_out_delay().await;
         let text = match shared.policy.respond(&request) {
             Reply::Message {
                 content,
