@@ -90,6 +90,8 @@ config_section! {
         llm_retry_backoff_cap: f64 = 10.0,
         /// Seconds a server marked down (after 3 consecutive connection errors, timeouts or 5xx) gets no requests while another is up, before one request probes it.
         llm_server_cooldown: f64 = 30.0,
+        /// `serve` only: seconds without one successful LLM call, while calls keep failing on connection errors, timeouts or 5xx, before the run stops — it delivers or spools its finished groups, disconnects from the trajectory API and exits non-zero naming the cause — instead of failing item after item on a dead inference fleet (<= 0: never).
+        inference_down_grace: f64 = 300.0,
         /// Ask reasoning models to think (sent as extra_body reasoning settings).
         thinking_mode: bool = false,
         /// Reasoning effort: none, minimal, low, medium, high or xhigh.

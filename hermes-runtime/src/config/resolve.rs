@@ -481,6 +481,7 @@ fn validate(env: &HermesEnvConfig) -> Result<(), ConfigError> {
         ("rollout_timeout", env.rollout_timeout),
         ("worker_timeout", env.worker_timeout),
         ("shutdown_grace", env.shutdown_grace),
+        ("inference_down_grace", env.inference_down_grace),
     ] {
         if !(secs.is_finite() && secs < 1e9) {
             return bad(

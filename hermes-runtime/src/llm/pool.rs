@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use super::health::{Failover, Health, Standing};
 use super::http::{self, HttpFailure, RequestUrl, Target};
+use super::liveness::{InferenceDown, Liveness};
 use super::refusal::{is_context_exceeded, Refusal};
 use super::route::{choose, weighted, Candidate, Group};
 use super::{LlmError, RequestStats, RetryPolicy, Split};
@@ -131,6 +132,7 @@ pub struct ServerPool {
     /// is sent any more.
     fatal: OnceLock<LlmError>,
     fatal_raised: Notify,
+    liveness: Mutex<Liveness>,
 }
 
 impl std::fmt::Debug for ServerPool {
@@ -182,6 +184,7 @@ impl ServerPool {
             retry_log: Throttle::default(),
             fatal: OnceLock::new(),
             fatal_raised: Notify::new(),
+            liveness: Mutex::default(),
         })
     }
 
@@ -304,6 +307,16 @@ impl ServerPool {
     /// cannot accept), if one came.
     pub fn fatal(&self) -> Option<&LlmError> {
         self.fatal.get()
+    }
+
+    /// Inference is down: for `grace` no attempt got an answer while attempts kept failing on
+    /// connection errors, timeouts or 5xx.
+    pub fn inference_down(&self, grace: Duration) -> Option<InferenceDown> {
+        self.liveness().down(Instant::now(), grace)
+    }
+
+    fn liveness(&self) -> MutexGuard<'_, Liveness> {
+        self.liveness.lock().expect("liveness lock poisoned")
     }
 
     /// Completes with the refusal that stops the run, once one comes.
@@ -598,11 +611,14 @@ impl Slot<'_> {
         }
         match failure {
             Some(f) if f.is_server_fault() => {
+                pool.liveness()
+                    .faulted(now, format!("{}: {f}", endpoint.base));
                 if st.health.faulted(now, &pool.failover) {
                     pool.announce_down(endpoint, f);
                 }
             }
             _ => {
+                pool.liveness().answered();
                 if let Some(down_for) = st.health.answered(now) {
                     info!(
                         "LLM server {} is back up after {:.0?} down",

@@ -198,6 +198,16 @@ impl Runtime {
         self.llm.pool().fatal().or(phase2).cloned()
     }
 
+    /// Inference is down (see [`crate::llm::ServerPool::inference_down`]) on the client that
+    /// serves the rollouts, or on the chat client.
+    pub fn inference_down(&self, grace: Duration) -> Option<crate::llm::InferenceDown> {
+        let phase2 = match &self.tokens {
+            TokenSource::Managed(phase2) => phase2.client.pool().inference_down(grace),
+            _ => None,
+        };
+        phase2.or_else(|| self.llm.pool().inference_down(grace))
+    }
+
     /// Completes with the refusal that stops the run, once one comes.
     pub async fn llm_fatal_raised(&self) -> crate::llm::LlmError {
         match &self.tokens {
