@@ -14,6 +14,7 @@ use hermes_env::RewardOutcome;
 use hermes_runtime::env::Environment;
 use hermes_runtime::modes::collect_group;
 use serde_json::{json, Value};
+use std::time::Duration;
 use terminal_test::TerminalTest;
 
 /// Real context-length error bodies, as each server sends them (all with HTTP 400).
@@ -188,4 +189,61 @@ async fn a_wrong_key_an_unknown_model_or_a_bad_request_stops_the_run_after_one_r
             "HTTP {status}: not treated as an outage: {stderr}"
         );
     }
+}
+
+/// `serve` against the real trajectory API and a server answering 401: it stops after that one
+/// request with one line naming the knob, still disconnecting from the API on the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_stops_on_a_wrong_key_after_one_request_and_disconnects() {
+    use common::atropos::{free_port, Api, Env, Trainer};
+    let api = Api::start(free_port()).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let llm = ScriptedServer::start(|_: &Value| {
+        Reply::ErrorBody(
+            401,
+            r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#.into(),
+        )
+    })
+    .await
+    .unwrap();
+    let mut env = Env::start(
+        &api.url,
+        tmp.path(),
+        &[
+            "--testing",
+            "false",
+            "--openai.server_type",
+            "openai",
+            "--openai.base_url",
+            &llm.base_url(),
+            "--openai.health_check",
+            "false",
+            "--env.max_num_workers",
+            "1",
+            "--env.group_size",
+            "1",
+        ],
+    );
+    env.expect_line("waiting for the trainer to start", Duration::from_secs(60))
+        .await;
+    let _trainer = Trainer::register(&api.url, 64, 100).await;
+    let status = tokio::time::timeout(Duration::from_secs(60), env.child.wait())
+        .await
+        .expect("serve stops on the refusal")
+        .unwrap();
+    assert!(!status.success(), "exits non-zero: {status}");
+    let line = env
+        .expect_line("error: LLM server", Duration::from_secs(10))
+        .await;
+    assert!(
+        line.contains("HTTP 401") && line.contains("check --openai.api_key"),
+        "{line}"
+    );
+    env.expect_line(
+        "disconnected from the trajectory API",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(llm.request_count(), 1, "one request, never retried");
+    api.kill().await;
 }
