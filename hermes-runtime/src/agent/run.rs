@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use super::result::{clip, panic_message, AgentResult, ToolError};
 use crate::atropos::json::to_python_string;
@@ -17,6 +17,9 @@ use crate::parsers::{self, HermesParser, ToolCallParser};
 use crate::sandbox::TaskSandbox;
 use crate::tools::budget::{persist, ResultBudget};
 use crate::tools::{unknown_tool_message, TodoStore, ToolCallContext, ToolSet};
+
+/// The first context-length end of the run is announced; later ones are ordinary outcomes.
+static FIRST_CONTEXT_END: std::sync::Once = std::sync::Once::new();
 
 /// A tool call slower than this is logged.
 const SLOW_TOOL: Duration = Duration::from_secs(30);
@@ -115,6 +118,15 @@ impl AgentLoop<'_> {
                 Err(e @ LlmError::ContextExceeded { .. }) => {
                     // Not a failed call: the rollout ends here and its verifier decides.
                     let message = e.to_string();
+                    FIRST_CONTEXT_END.call_once(|| {
+                        info!(
+                            "a rollout outgrew the model's context on turn {}: it ends as \
+                             context_exceeded and is verified as it stands (said once per run; \
+                             the server's context length or --env.max_token_length set how long \
+                             a conversation may grow): {message}",
+                            turn + 1
+                        );
+                    });
                     return (result, Ending::ContextExceeded { message });
                 }
                 Err(e) => {
