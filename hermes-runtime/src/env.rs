@@ -132,6 +132,12 @@ pub enum RewardOutcome {
         /// The wires that fired, one line.
         message: String,
     },
+    /// The conversation outgrew the model's context window: the model's own outcome, scored by
+    /// `compute_reward` on the conversation so far (like a turn-limit end), never retried.
+    ContextExceeded {
+        /// The server's error, one line.
+        message: String,
+    },
 }
 
 /// The kinds of rollout failure (outcomes that are not training data), for counts, metric
@@ -180,7 +186,8 @@ impl RewardOutcome {
         match self {
             RewardOutcome::Scored
             | RewardOutcome::ModelEnded { .. }
-            | RewardOutcome::Timeout { .. } => None,
+            | RewardOutcome::Timeout { .. }
+            | RewardOutcome::ContextExceeded { .. } => None,
             RewardOutcome::LlmFailure { .. } => Some(FailureKind::Llm),
             RewardOutcome::SandboxFailure { .. } => Some(FailureKind::Sandbox),
             RewardOutcome::VerifierFailure { .. } => Some(FailureKind::Verifier),

@@ -6,4 +6,4 @@ mod run;
 pub(crate) use result::{clip, panic_message};
 pub use result::{AgentResult, ToolError};
 pub(crate) use run::parse_arguments;
-pub use run::{AgentLoop, AgentSettings};
+pub use run::{AgentLoop, AgentSettings, Ending};

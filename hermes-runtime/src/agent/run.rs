@@ -8,15 +8,18 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use super::result::{clip, panic_message, AgentResult, ToolError};
 use crate::atropos::json::to_python_string;
-use crate::llm::{new_call_id, ChatBackend, ChatRequest, Message, Split, ToolCall};
+use crate::llm::{new_call_id, ChatBackend, ChatRequest, LlmError, Message, Split, ToolCall};
 use crate::parsers::{self, HermesParser, ToolCallParser};
 use crate::sandbox::TaskSandbox;
 use crate::tools::budget::{persist, ResultBudget};
 use crate::tools::{unknown_tool_message, TodoStore, ToolCallContext, ToolSet};
+
+/// The first context-length end of the run is announced; later ones are ordinary outcomes.
+static FIRST_CONTEXT_END: std::sync::Once = std::sync::Once::new();
 
 /// A tool call slower than this is logged.
 const SLOW_TOOL: Duration = Duration::from_secs(30);
@@ -57,9 +60,28 @@ pub struct AgentLoop<'a> {
     pub settings: &'a AgentSettings,
 }
 
+/// How a run ended, beyond what [`AgentResult`] records.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Ending {
+    /// A plain answer, the turn limit, or an LLM failure (in [`AgentResult::llm_error`]).
+    #[default]
+    Finished,
+    /// The conversation outgrew the model's context window: the model's own outcome, verified
+    /// as it stands (like a turn-limit end).
+    ContextExceeded {
+        /// The server's error, one line.
+        message: String,
+    },
+}
+
 impl AgentLoop<'_> {
     /// Runs the loop from `messages` (system + user prompt) to completion.
     pub async fn run(&self, messages: Vec<Message>) -> AgentResult {
+        self.run_to_end(messages).await.0
+    }
+
+    /// [`Self::run`], and how it ended.
+    pub async fn run_to_end(&self, messages: Vec<Message>) -> (AgentResult, Ending) {
         let mut result = AgentResult {
             messages,
             ..Default::default()
@@ -90,13 +112,30 @@ impl AgentLoop<'_> {
                     Some(c) => c,
                     None => {
                         result.llm_error = Some("the server returned no choices".into());
-                        return result;
+                        return (result, Ending::Finished);
                     }
                 },
+                Err(e @ LlmError::ContextExceeded { .. }) => {
+                    // Not a failed call: the rollout ends here and its verifier decides.
+                    let message = e.to_string();
+                    FIRST_CONTEXT_END.call_once(|| {
+                        info!(
+                            "a rollout outgrew the model's context on turn {}: it ends as \
+                             context_exceeded and is verified as it stands (said once per run; \
+                             the server's context length or --env.max_token_length set how long \
+                             a conversation may grow): {message}",
+                            turn + 1
+                        );
+                    });
+                    return (result, Ending::ContextExceeded { message });
+                }
                 Err(e) => {
-                    warn!("LLM call failed on turn {}: {e}", turn + 1);
+                    // A fatal refusal stops the run with its own line; this one is for the rest.
+                    if !e.is_fatal() {
+                        warn!("LLM call failed on turn {}: {e}", turn + 1);
+                    }
                     result.llm_error = Some(e.to_string());
-                    return result;
+                    return (result, Ending::Finished);
                 }
             };
             let message = choice.message;
@@ -118,7 +157,7 @@ impl AgentLoop<'_> {
                     ..Message::assistant(content)
                 });
                 result.finished_naturally = true;
-                return result;
+                return (result, Ending::Finished);
             }
             let calls: Vec<ToolCall> = calls
                 .into_iter()
@@ -165,7 +204,7 @@ impl AgentLoop<'_> {
             self.enforce_turn_budget(&mut result.messages[first_result..], &calls, &mut persisted)
                 .await;
         }
-        result
+        (result, Ending::Finished)
     }
 
     /// The configured raw-text parser (`hermes` when the name is unknown).

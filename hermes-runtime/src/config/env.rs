@@ -118,6 +118,9 @@ config_section! {
         /// Seconds a server marked down (after 3 consecutive connection errors, timeouts or 5xx) gets no requests while another is up, before one request probes it.
         #[range(0.001, 86_400)]
         llm_server_cooldown: f64 = 30.0,
+        /// `serve` only: seconds without one successful LLM call, while calls keep failing on connection errors, timeouts or 5xx, before the run stops — it delivers or spools its finished groups, disconnects from the trajectory API and exits non-zero naming the cause — instead of failing item after item on a dead inference fleet (0: never).
+        #[range(0, SECONDS_MAX)]
+        inference_down_grace: f64 = 300.0,
         /// Ask reasoning models to think (sent as extra_body reasoning settings).
         thinking_mode: bool = false,
         /// Reasoning effort: none, minimal, low, medium, high or xhigh.
@@ -221,8 +224,7 @@ config_section! {
         preview_size_chars: i64 = 1500,
         /// Per-tool result-size thresholds, e.g. {"terminal": 20000} (read_file is never saved).
         tool_result_overrides: Option<Map<String, Value>> = None,
-        /// Wall-clock limit of one rollout's agent loop in seconds (0 or -1: none); a rollout that
-        /// runs past it is stopped and scores 0 with outcome `timeout`.
+        /// Limit on one rollout's agent time in seconds (0 or -1: none): its tool calls and turns, not the time spent waiting on inference (a slow server is not the model's doing; each inference call has its own --openai.timeout and fails as an `llm` failure). A rollout past it is stopped and scores 0 with outcome `timeout`.
         #[range(-1, SECONDS_MAX)]
         rollout_timeout: f64 = 0.0,
         /// Evaluate at most this many eval items (null = all).

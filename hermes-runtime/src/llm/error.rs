@@ -2,15 +2,31 @@
 //! the infrastructure's failures (worth re-running the rollout later) and the request's own.
 
 use super::http::HttpFailure;
+use super::refusal::Refusal;
 
 /// Why an inference request failed (after retries and failover). Messages name the server by
 /// its configured base URL and never contain API keys.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
-    /// The server refused this request (a 4xx other than 408 and 429): the request's fault,
-    /// not retried.
-    #[error("LLM server {server} rejected the request: HTTP {status}: {body}")]
+    /// The server refused this request (a 4xx other than 408 and 429): the run's
+    /// configuration is wrong, so it is not retried and the run stops.
+    #[error("LLM server {server} rejected the request: HTTP {status}: {body} ({})", .refusal.hint())]
     Rejected {
+        /// The server's base URL.
+        server: String,
+        /// HTTP status.
+        status: u16,
+        /// First part of the response body, on one line.
+        body: String,
+        /// What the refusal means.
+        refusal: Refusal,
+    },
+    /// The conversation no longer fits the model's context window: the model's own outcome
+    /// (its trajectory grew too long), not retried.
+    #[error(
+        "LLM server {server}: the conversation exceeds the model's context: HTTP {status}: {body}"
+    )]
+    ContextExceeded {
         /// The server's base URL.
         server: String,
         /// HTTP status.
@@ -51,9 +67,19 @@ pub enum LlmError {
 impl LlmError {
     /// True when the failure is the infrastructure's (servers unreachable, timing out,
     /// failing, answering garbage, or not configured), false when the server refused the
-    /// request itself (4xx). An infrastructure failure says nothing about the model.
+    /// request itself (4xx) or the model ran out of context. An infrastructure failure says
+    /// nothing about the model.
     pub fn is_infrastructure(&self) -> bool {
-        !matches!(self, LlmError::Rejected { .. })
+        !matches!(
+            self,
+            LlmError::Rejected { .. } | LlmError::ContextExceeded { .. }
+        )
+    }
+
+    /// True when the run cannot go on: every later request would be refused the same way
+    /// (wrong key, unknown model, a request the server cannot accept).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, LlmError::Rejected { .. })
     }
 }
 
@@ -131,14 +157,16 @@ mod tests {
         );
         let rejected = LlmError::Rejected {
             server: "http://a/v1".into(),
-            status: 400,
+            status: 401,
             body: "bad".into(),
+            refusal: Refusal::Unauthorized,
         };
         assert_eq!(
             rejected.to_string(),
-            "LLM server http://a/v1 rejected the request: HTTP 400: bad"
+            "LLM server http://a/v1 rejected the request: HTTP 401: bad \
+             (authentication failed: check --openai.api_key)"
         );
-        assert!(!rejected.is_infrastructure());
+        assert!(!rejected.is_infrastructure() && rejected.is_fatal());
         assert!(unavailable(&["x"], 1, HttpFailure::Timeout(Duration::ZERO)).is_infrastructure());
     }
 }

@@ -202,6 +202,11 @@ impl GenerateClient {
         self.pool.take_request_stats()
     }
 
+    /// The servers this client sends to.
+    pub fn pool(&self) -> &Arc<ServerPool> {
+        &self.pool
+    }
+
     /// Generates `request.n` samples.
     pub async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generated>, LlmError> {
         let http = self.pool.http();

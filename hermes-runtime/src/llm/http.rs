@@ -92,10 +92,13 @@ impl std::fmt::Display for ReadError {
 
 impl HttpFailure {
     /// True when another attempt may succeed: connection errors, timeouts, 5xx, 408 and 429.
-    /// Any other status is the request's fault and fails at once.
+    /// Any other status is the request's fault and fails at once, and so does a request that
+    /// did not fit the model's context, whatever its status (the same request never will).
     pub fn retryable(&self) -> bool {
         match self {
-            HttpFailure::Status { status, .. } => retryable_status(*status),
+            HttpFailure::Status { status, body, .. } => {
+                retryable_status(*status) && !super::refusal::is_context_exceeded(body)
+            }
             HttpFailure::Connect(_) | HttpFailure::Timeout(_) | HttpFailure::TooLarge { .. } => {
                 true
             }

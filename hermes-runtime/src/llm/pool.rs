@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -13,6 +13,8 @@ use tracing::{info, warn};
 
 use super::health::{Failover, Health, Standing};
 use super::http::{self, HttpFailure, RequestUrl, Target};
+use super::liveness::{InferenceDown, Liveness};
+use super::refusal::{is_context_exceeded, Refusal};
 use super::route::{choose, weighted, Candidate, Group};
 use super::{LlmError, RequestStats, RetryPolicy, Split};
 use crate::config::{ApiServerConfig, ServerType};
@@ -126,6 +128,11 @@ pub struct ServerPool {
     retry: RetryPolicy,
     failover: Failover,
     retry_log: Throttle,
+    /// The first refusal that stops the run (see [`LlmError::is_fatal`]); once set, no request
+    /// is sent any more.
+    fatal: OnceLock<LlmError>,
+    fatal_raised: Notify,
+    liveness: Mutex<Liveness>,
 }
 
 impl std::fmt::Debug for ServerPool {
@@ -175,6 +182,9 @@ impl ServerPool {
             },
             failover,
             retry_log: Throttle::default(),
+            fatal: OnceLock::new(),
+            fatal_raised: Notify::new(),
+            liveness: Mutex::default(),
         })
     }
 
@@ -293,6 +303,43 @@ impl ServerPool {
         &self.endpoints
     }
 
+    /// The refusal that stopped the run (a wrong key, an unknown model, a request the server
+    /// cannot accept), if one came.
+    pub fn fatal(&self) -> Option<&LlmError> {
+        self.fatal.get()
+    }
+
+    /// Inference is down: for `grace` no attempt got an answer while attempts kept failing on
+    /// connection errors, timeouts or 5xx.
+    pub fn inference_down(&self, grace: Duration) -> Option<InferenceDown> {
+        self.liveness().down(Instant::now(), grace)
+    }
+
+    fn liveness(&self) -> MutexGuard<'_, Liveness> {
+        self.liveness.lock().expect("liveness lock poisoned")
+    }
+
+    /// Completes with the refusal that stops the run, once one comes.
+    pub async fn fatal_raised(&self) -> LlmError {
+        loop {
+            let raised = self.fatal_raised.notified();
+            tokio::pin!(raised);
+            raised.as_mut().enable();
+            if let Some(e) = self.fatal.get() {
+                return e.clone();
+            }
+            raised.await;
+        }
+    }
+
+    /// Records a refusal that stops the run: every later request fails with it unsent, and
+    /// the modes end the run with it as their error (the one line the binary prints).
+    fn raise_fatal(&self, e: &LlmError) {
+        if self.fatal.set(e.clone()).is_ok() {
+            self.fatal_raised.notify_waiters();
+        }
+    }
+
     /// Runs one request: `attempt` is tried on a server, and after a retryable failure again on
     /// another server when there is one, up to the policy's attempts with its backoff between
     /// them. A 4xx other than 408/429 fails at once; the final error names the cause.
@@ -301,6 +348,9 @@ impl ServerPool {
         F: FnMut(Arc<Endpoint>) -> Fut,
         Fut: Future<Output = Result<T, AttemptError>>,
     {
+        if let Some(e) = self.fatal.get() {
+            return Err(e.clone());
+        }
         let mut first_slot_at = None;
         let mut tried: Vec<usize> = Vec::new();
         let mut avoid = None;
@@ -331,7 +381,11 @@ impl ServerPool {
             };
             if !failure.retryable() || n >= self.retry.attempts {
                 self.record_stats(index, split, started, n);
-                return Err(self.final_error(&tried, index, n, failure));
+                let e = self.final_error(&tried, index, n, failure);
+                if e.is_fatal() {
+                    self.raise_fatal(&e);
+                }
+                return Err(e);
             }
             let wait = self.retry.backoff(n);
             self.log_retry(index, n, &failure, wait);
@@ -344,10 +398,18 @@ impl ServerPool {
     fn final_error(&self, tried: &[usize], last: usize, attempts: u32, f: HttpFailure) -> LlmError {
         let server = self.endpoints[last].base.clone();
         match f {
+            HttpFailure::Status { status, body, .. } if is_context_exceeded(&body) => {
+                LlmError::ContextExceeded {
+                    server,
+                    status,
+                    body,
+                }
+            }
             HttpFailure::Status { status, body, .. } if !http::retryable_status(status) => {
                 LlmError::Rejected {
                     server,
                     status,
+                    refusal: Refusal::of(status, &body),
                     body,
                 }
             }
@@ -549,11 +611,14 @@ impl Slot<'_> {
         }
         match failure {
             Some(f) if f.is_server_fault() => {
+                pool.liveness()
+                    .faulted(now, format!("{}: {f}", endpoint.base));
                 if st.health.faulted(now, &pool.failover) {
                     pool.announce_down(endpoint, f);
                 }
             }
             _ => {
+                pool.liveness().answered();
                 if let Some(down_for) = st.health.answered(now) {
                     info!(
                         "LLM server {} is back up after {:.0?} down",

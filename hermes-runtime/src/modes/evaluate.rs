@@ -110,6 +110,9 @@ pub(crate) async fn run_evaluate<A: EnvAccess>(
     info!("evaluating {requested} items");
     let started = Instant::now();
     let rollouts = evaluate_items(env, rt, items, shutdown).await;
+    if let Some(e) = rt.llm_fatal() {
+        return Err(e.into());
+    }
     let took = started.elapsed();
     let guard = env.read().await;
     let samples: Vec<EvalSample<<A::Env as Environment>::Item>> = rollouts
@@ -226,6 +229,7 @@ async fn evaluate_items<A: EnvAccess>(
                 warn!("eval items still running cancelled by {}", shutdown.cancel_reason(grace));
                 break;
             }
+            _ = rt.llm_fatal_raised() => break,
         }
     }
     progress.finish();

@@ -1,5 +1,6 @@
 //! The Atropos run modes and the rollout machinery they share.
 
+mod agent_clock;
 pub mod drops;
 pub mod evaluate;
 pub mod failures;

@@ -158,6 +158,10 @@ pub(crate) async fn run_process<E: Environment>(
             break;
         }
         let batch = run_batch(&*env, rt, items, done, shutdown).await;
+        if let Some(e) = rt.llm_fatal() {
+            progress.finish();
+            return Err(e.into());
+        }
         let cancelled = batch.iter().filter(|g| g.is_none()).count();
         let before = tally.summary.groups_written;
         for (mut run, took) in batch.into_iter().flatten() {
@@ -236,6 +240,7 @@ async fn run_batch<E: Environment>(
                 );
                 break;
             }
+            _ = rt.llm_fatal_raised() => break,
         }
     }
     results

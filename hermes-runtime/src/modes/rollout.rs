@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 use tracing::{info_span, warn, Instrument};
 
-use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings};
+use super::agent_clock::{within_budget, AgentClock, Metered};
+use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings, Ending};
 use crate::atropos::tokenize::tokenize_for_trainer;
 use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
@@ -187,6 +188,37 @@ impl Runtime {
         &self.llm
     }
 
+    /// The refusal that stops the run (a wrong key, an unknown model, a request the server
+    /// cannot accept), from whichever client met it.
+    pub fn llm_fatal(&self) -> Option<crate::llm::LlmError> {
+        let phase2 = match &self.tokens {
+            TokenSource::Managed(phase2) => phase2.client.pool().fatal(),
+            _ => None,
+        };
+        self.llm.pool().fatal().or(phase2).cloned()
+    }
+
+    /// Inference is down (see [`crate::llm::ServerPool::inference_down`]) on the client that
+    /// serves the rollouts, or on the chat client.
+    pub fn inference_down(&self, grace: Duration) -> Option<crate::llm::InferenceDown> {
+        let phase2 = match &self.tokens {
+            TokenSource::Managed(phase2) => phase2.client.pool().inference_down(grace),
+            _ => None,
+        };
+        phase2.or_else(|| self.llm.pool().inference_down(grace))
+    }
+
+    /// Completes with the refusal that stops the run, once one comes.
+    pub async fn llm_fatal_raised(&self) -> crate::llm::LlmError {
+        match &self.tokens {
+            TokenSource::Managed(phase2) => tokio::select! {
+                e = self.llm.pool().fatal_raised() => e,
+                e = phase2.client.pool().fatal_raised() => e,
+            },
+            _ => self.llm.pool().fatal_raised().await,
+        }
+    }
+
     /// Request statistics per inference server since the last call (which clears them), from
     /// the client that served the rollouts: `/generate` in Phase 2, chat completions otherwise.
     pub fn take_request_stats(&self) -> Vec<crate::llm::RequestStats> {
@@ -285,18 +317,22 @@ async fn run_attempt<A: EnvAccess>(
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let armed = Armed::now();
-        let agent_run = run_agent(rt, split, tools, &sandbox, messages.clone());
+        let clock = AgentClock::start();
+        let agent_run = run_agent(rt, split, tools, &sandbox, &clock, messages.clone());
         let limit = rt.config.rollout_timeout;
-        let (run, nodes, reward, outcome) = match within_rollout_timeout(limit, agent_run).await {
-            Some((run, nodes)) => {
+        let (run, nodes, reward, outcome) = match within_budget(limit, &clock, agent_run).await {
+            Some((run, nodes, ending)) => {
                 let (reward, outcome) = {
                     let env = env.read().await;
-                    settle(&*env, rt, item, &run, &sandbox, tools, &armed).await
+                    settle(&*env, rt, item, &run, &ending, &sandbox, tools, &armed).await
                 };
                 (run, nodes, reward, outcome)
             }
             None => {
-                warn!("rollout stopped after rollout_timeout = {limit} s; scored 0.0");
+                warn!(
+                    "rollout stopped after rollout_timeout = {limit} s of agent time (time waiting \
+                     on inference not counted); scored 0.0"
+                );
                 let run = AgentResult {
                     messages,
                     llm_error: Some(format!("rollout timed out after {limit} s")),
@@ -348,49 +384,46 @@ async fn first_messages<A: EnvAccess>(
 }
 
 /// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
-/// or the chat client.
+/// or the chat client, and how it ended; its inference calls stop `clock`.
 async fn run_agent(
     rt: &Runtime,
     split: Split,
     tools: &Arc<ToolSet>,
     sandbox: &Arc<TaskSandbox>,
+    clock: &AgentClock,
     messages: Vec<Message>,
-) -> (AgentResult, Option<NodeList>) {
+) -> (AgentResult, Option<NodeList>, Ending) {
     let settings = rt.agent_settings(split);
     match &rt.tokens {
         TokenSource::Managed(phase2) => {
             let session = ManagedSession::new(phase2);
             let agent = AgentLoop {
-                llm: &session,
+                llm: &Metered {
+                    inner: &session,
+                    clock,
+                },
                 tools,
                 sandbox,
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            let run = agent.run(messages).await;
-            (run, Some(session.nodes()))
+            let (run, ending) = agent.run_to_end(messages).await;
+            (run, Some(session.nodes()), ending)
         }
         _ => {
             let agent = AgentLoop {
-                llm: &rt.llm,
+                llm: &Metered {
+                    inner: &rt.llm,
+                    clock,
+                },
                 tools,
                 sandbox,
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            (agent.run(messages).await, None)
+            let (run, ending) = agent.run_to_end(messages).await;
+            (run, None, ending)
         }
-    }
-}
-
-/// `run` bounded by `--env.rollout_timeout` seconds (`None` when it ran out; 0 = no limit).
-async fn within_rollout_timeout<T>(limit: f64, run: impl Future<Output = T>) -> Option<T> {
-    if limit > 0.0 {
-        tokio::time::timeout(Duration::from_secs_f64(limit), run)
-            .await
-            .ok()
-    } else {
-        Some(run.await)
     }
 }
 
@@ -410,12 +443,15 @@ async fn release(sandbox: &TaskSandbox) {
 }
 
 /// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
-/// model giving nothing to verify, a tripped wire, or the verifier's verdict.
+/// model giving nothing to verify, a tripped wire, or the verifier's verdict (on a run that
+/// outgrew the model's context too: that is the model's outcome, like a turn-limit end).
+#[allow(clippy::too_many_arguments)]
 async fn settle<E: Environment>(
     env: &E,
     rt: &Runtime,
     item: &E::Item,
     run: &AgentResult,
+    ending: &Ending,
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
     armed: &Armed,
@@ -432,14 +468,27 @@ async fn settle<E: Environment>(
             },
         );
     }
-    if run.has_no_agent_output() {
+    let context_exceeded = match ending {
+        Ending::ContextExceeded { message } => Some(message),
+        Ending::Finished => None,
+    };
+    if run.has_no_agent_output() && context_exceeded.is_none() {
         let reason = "the model produced nothing to verify".to_owned();
         return (0.0, RewardOutcome::ModelEnded { reason });
     }
     if let Some(outcome) = guard_verification(sandbox, armed).await {
         return (0.0, outcome);
     }
-    score(env, rt, item, run, sandbox, tools).await
+    match (
+        score(env, rt, item, run, sandbox, tools).await,
+        context_exceeded,
+    ) {
+        ((reward, RewardOutcome::Scored), Some(message)) => {
+            let message = message.clone();
+            (reward, RewardOutcome::ContextExceeded { message })
+        }
+        (verdict, _) => verdict,
+    }
 }
 
 /// The tripwires between the agent phase and the verifier: stops every process the agent
@@ -546,6 +595,10 @@ async fn run_rollout_retrying<A: EnvAccess>(
         };
         failures.add(kind);
         let message = rollout.outcome.failure_message().unwrap_or_default();
+        if rt.llm_fatal().is_some() {
+            // The run is stopping on a refusal no re-run can fix; the mode says why.
+            return (run, failures);
+        }
         if attempt >= attempts || abandon.load(Ordering::Relaxed) {
             warn!(
                 "rollout failed ({} failure) after {attempt} attempt(s), not trained on: {message}",

@@ -35,8 +35,10 @@ pub enum Reply {
         /// `reasoning_content` to return.
         reasoning: Option<String>,
     },
-    /// An HTTP error status with this body.
+    /// An HTTP error status with this message (in an OpenAI-style `{"error": …}` body).
     Status(u16, String),
+    /// An HTTP status with exactly this JSON body: a real server's error, byte for byte.
+    ErrorBody(u16, String),
     /// A 200 response with an empty `choices` list.
     NoChoices,
     /// A 200 response whose body is this raw text (e.g. not JSON).
@@ -128,6 +130,17 @@ struct Shared {
     counter: AtomicU64,
     record: bool,
     tokenizer: Arc<ChatTokenizer>,
+    /// How long each answer waits before it is sent (a slow inference server).
+    delay: Mutex<std::time::Duration>,
+}
+
+impl Shared {
+    async fn wait_out_delay(&self) {
+        let delay = *self.delay.lock().expect("lock poisoned");
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
 }
 
 /// A running scripted server; stops when dropped.
@@ -169,6 +182,7 @@ impl ScriptedServer {
             counter: AtomicU64::new(0),
             record,
             tokenizer,
+            delay: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -200,10 +214,26 @@ impl ScriptedServer {
         self.shared.requests.lock().expect("lock poisoned").clone()
     }
 
+    /// Delays every later answer by `delay`, as a slow or overloaded server would.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        *self.shared.delay.lock().expect("lock poisoned") = delay;
+    }
+
     /// Number of chat requests answered.
     pub fn request_count(&self) -> u64 {
         self.shared.counter.load(Ordering::Relaxed)
     }
+}
+
+/// `body` as JSON with status `code`.
+fn error_body(code: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 async fn models() -> Json<Value> {
@@ -214,6 +244,7 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
     let n = shared.counter.fetch_add(1, Ordering::Relaxed);
     let reply = shared.policy.respond(&body);
     let model = body.get("model").cloned().unwrap_or(Value::Null);
+    shared.wait_out_delay().await;
     if shared.record {
         shared.requests.lock().expect("lock poisoned").push(body);
     }
@@ -227,6 +258,7 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
                 .into_response()
         }
         Reply::Raw(text) => (StatusCode::OK, text).into_response(),
+        Reply::ErrorBody(code, body) => error_body(code, body),
         Reply::NoChoices => {
             Json(json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "choices": []}))
                 .into_response()
@@ -361,6 +393,7 @@ async fn generate(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
     }
     let mut samples = Vec::new();
     for _ in 0..n {
+        shared.wait_out_delay().await;
         let text = match shared.policy.respond(&request) {
             Reply::Message {
                 content,
@@ -374,6 +407,7 @@ async fn generate(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
             }
             Reply::NoChoices => String::new(),
             Reply::Raw(text) => return (StatusCode::OK, text).into_response(),
+            Reply::ErrorBody(code, body) => return error_body(code, body),
         };
         let mut ids = match tok.encode(&text, false) {
             Ok(ids) => ids,

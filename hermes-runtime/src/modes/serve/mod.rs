@@ -280,10 +280,17 @@ impl<E: Environment> Loop<E> {
         let mut ticker = tokio::time::interval(self.opts.tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = self.shutdown.clone();
+        let rt = Arc::clone(&self.rt);
+        let mut fatal: Option<anyhow::Error> = None;
         loop {
             tokio::select! {
                 Some(done) = self.workers.join_next(), if self.workers.has_tasks() => {
                     self.finished(done);
+                }
+                // A refusal no retry can fix (wrong key or model): deliver what is done, stop.
+                e = rt.llm_fatal_raised() => {
+                    fatal = Some(e.into());
+                    break;
                 }
                 true = self.outbox.next_sent(&mut self.summary), if self.outbox.sending() => {}
                 () = shutdown.requested() => {
@@ -291,6 +298,11 @@ impl<E: Environment> Loop<E> {
                     break;
                 }
                 _ = ticker.tick() => {
+                    if let Some(down) = self.inference_down() {
+                        info!("inference is down: delivering finished groups, then disconnecting");
+                        fatal = Some(down.into());
+                        break;
+                    }
                     // Everything a tick awaits is cancel-safe, so a stop request may cut it short.
                     match shutdown.unless_requested(self.tick()).await {
                         Ok(stop) => if stop? { break },
@@ -303,7 +315,18 @@ impl<E: Environment> Loop<E> {
             }
         }
         self.shutdown().await;
-        Ok(self.summary)
+        match fatal {
+            Some(e) => Err(e),
+            None => Ok(self.summary),
+        }
+    }
+
+    /// Inference has been dead for `--env.inference_down_grace` (when it is positive).
+    fn inference_down(&self) -> Option<crate::llm::InferenceDown> {
+        let grace = self.rt.config().inference_down_grace;
+        (grace > 0.0)
+            .then(|| self.rt.inference_down(Duration::from_secs_f64(grace)))
+            .flatten()
     }
 
     /// One main-loop tick; `true` = stop.
