@@ -122,6 +122,7 @@ pub fn outcome_kind(outcome: &RewardOutcome) -> &'static str {
         RewardOutcome::SandboxFailure { .. } => "sandbox_failure",
         RewardOutcome::VerifierFailure { .. } => "verifier_failure",
         RewardOutcome::Tampered { .. } => "tampered",
+        RewardOutcome::TokenizationFailure { .. } => "tokenization_failure",
     }
 }
 

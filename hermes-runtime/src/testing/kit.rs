@@ -592,6 +592,9 @@ impl CheckedItem {
                 RewardOutcome::Tampered { message } => format!("tampered: {message}"),
                 RewardOutcome::LlmFailure { message } => format!("LLM failure: {message}"),
                 RewardOutcome::Timeout { seconds } => format!("timed out after {seconds} s"),
+                RewardOutcome::TokenizationFailure { message } => {
+                    format!("tokenization failure: {message}")
+                }
             };
             let llm_failed = matches!(self.outcome, RewardOutcome::LlmFailure { .. });
             if let Some(e) = self.llm_error.as_ref().filter(|_| !llm_failed) {
