@@ -181,7 +181,7 @@ config_section! {
         rollout_timeout: f64 = 0.0,
         /// Evaluate at most this many eval items (null = all).
         eval_size: Option<i64> = None,
-        /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox or verifier failure) before its item is recorded in the failures file instead of being trained on.
+        /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox, verifier or tokenization failure) before its item is recorded in the failures file instead of being trained on.
         max_rollout_retries: i64 = 2,
         /// Seconds in-flight rollouts get to finish after the first SIGINT/SIGTERM before they are cancelled (a second signal cancels at once).
         shutdown_grace: f64 = 30.0,
