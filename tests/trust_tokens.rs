@@ -217,3 +217,179 @@ async fn a_template_that_refuses_the_chat_makes_a_tokenization_failure_not_place
         "the single-call chat renders as transformers renders it"
     );
 }
+
+/// Our render of `chat` (as the request `transformers()` gets) and its ids.
+fn ours(tok: &ChatTokenizer, chat: &Value) -> (String, Vec<u32>) {
+    let messages = chat["messages"].as_array().unwrap();
+    let tools = chat["tools"].as_array().map(Vec::as_slice);
+    let agp = chat["add_generation_prompt"].as_bool().unwrap_or(false);
+    let text = tok.render(messages, tools, agp).unwrap();
+    let ids = tok.encode_rendered(&text).unwrap();
+    (text, ids)
+}
+
+/// A list-form `chat_template` (as Hermes 3 repositories ship it) renders a chat offered tools
+/// with `tool_use` and one without with `default`, as transformers' `apply_chat_template` does;
+/// `--env.chat_template_name` renders every chat with the named one. Phase 1 trainer tokens and
+/// Phase 2 prompts make the same choice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_form_chat_template_is_chosen_as_transformers_chooses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let builtin = builtin_template();
+    let templates = json!([
+        {"name": "default", "template": format!("{{{{- 'DEFAULT|' }}}}{builtin}")},
+        {"name": "tool_use", "template": format!("{{{{- 'TOOL_USE|' }}}}{builtin}")},
+    ]);
+    let tok = tokenizer_dir(tmp.path(), json!({ "chat_template": templates }));
+    let tools: Vec<hermes_runtime::llm::ToolSchema> = ToolRegistry::builtin()
+        .resolve(Some(&["file".into()]), None)
+        .unwrap()
+        .0
+        .schemas()
+        .to_vec();
+    let tool_values: Vec<Value> = tools
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap())
+        .collect();
+    let user = json!({"role": "user", "content": "Write a file."});
+    let answer = json!({"role": "assistant", "content": "Done."});
+    let chats = json!([
+        {"messages": [user], "tools": tool_values, "add_generation_prompt": true},
+        {"messages": [user], "tools": null, "add_generation_prompt": true},
+        {"messages": [user, answer], "tools": tool_values, "add_generation_prompt": false},
+        {"messages": [user], "tools": tool_values, "add_generation_prompt": true,
+         "chat_template": "default"},
+    ]);
+    let reference = transformers(json!({"dir": tmp.path(), "chats": chats}));
+    let want = |i: usize| -> (String, Vec<u32>) {
+        let c = &reference["chats"][i];
+        assert!(
+            c.get("error").is_none(),
+            "transformers refused chat {i}: {c}"
+        );
+        (
+            c["text"].as_str().unwrap().to_owned(),
+            serde_json::from_value(c["ids"].clone()).unwrap(),
+        )
+    };
+    assert!(want(0).0.starts_with("TOOL_USE|") && want(1).0.starts_with("DEFAULT|"));
+
+    let with_tools = ours(&tok, &chats[0]);
+    assert!(
+        with_tools.0.starts_with("TOOL_USE|"),
+        "a chat offered tools must be rendered with the tool_use template, as transformers \
+         chooses it; we rendered {:?}",
+        with_tools.0.chars().take(40).collect::<String>()
+    );
+    assert_eq!(
+        with_tools,
+        want(0),
+        "with tools: transformers' text and tokens"
+    );
+    assert_eq!(
+        ours(&tok, &chats[1]),
+        want(1),
+        "without tools: the default template"
+    );
+
+    // Phase 1 trainer tokens of a finished chat with tools.
+    let finished: Vec<hermes_runtime::llm::Message> =
+        serde_json::from_value(chats[2]["messages"].clone()).unwrap();
+    let schemas: Arc<[hermes_runtime::llm::ToolSchema]> = tools.clone().into();
+    let t = hermes_runtime::atropos::tokenize::tokenize_for_trainer(
+        &tok, &finished, &schemas, true, "stop",
+    )
+    .unwrap();
+    let phase1: Vec<u32> = t.tokens.iter().map(|&t| t as u32).collect();
+    assert_eq!(
+        phase1,
+        want(2).1,
+        "Phase 1 trainer tokens use the tool_use template"
+    );
+
+    // Phase 2: the prompt sent to /generate.
+    let tok = Arc::new(tok);
+    let server = ScriptedServer::start(Script::new([Reply::text("Done.")]))
+        .await
+        .unwrap();
+    let phase2 = hermes_runtime::llm::Phase2 {
+        client: hermes_runtime::llm::GenerateClient::new(
+            &[hermes_runtime::config::ApiServerConfig {
+                base_url: Some(server.base_url()),
+                server_type: hermes_runtime::config::ServerType::Vllm,
+                ..Default::default()
+            }],
+            hermes_runtime::llm::RetryPolicy::default(),
+        )
+        .unwrap(),
+        tokenizer: Arc::clone(&tok),
+        parser: hermes_runtime::parsers::get("hermes").unwrap(),
+        preserve_think_blocks: true,
+    };
+    let session = hermes_runtime::llm::ManagedSession::new(&phase2);
+    use hermes_runtime::llm::ChatBackend;
+    session
+        .chat(&hermes_runtime::llm::ChatRequest {
+            messages: vec![hermes_runtime::llm::Message::user("Write a file.")],
+            tools: schemas,
+            n: 1,
+            temperature: 1.0,
+            max_tokens: None,
+            extra_body: Default::default(),
+            split: hermes_runtime::llm::Split::Train,
+        })
+        .await
+        .unwrap();
+    let node = session.nodes().last().unwrap().clone();
+    let prompt = node
+        .masked_tokens
+        .iter()
+        .take_while(|&&m| m == -100)
+        .count();
+    assert_eq!(
+        node.tokens[..prompt],
+        want(0).1[..],
+        "the Phase 2 prompt uses the tool_use template"
+    );
+
+    // A named template renders every chat.
+    let named = ChatTokenizer::load(tmp.path().to_str().unwrap())
+        .unwrap()
+        .with_template_name("default")
+        .unwrap();
+    assert_eq!(
+        ours(&named, &chats[3]),
+        want(3),
+        "--env.chat_template_name default"
+    );
+    let err = named.with_template_name("rag").unwrap_err().to_string();
+    assert!(
+        err.contains("has no chat template of that name (it has default, tool_use)"),
+        "{err}"
+    );
+}
+
+/// `--env.chat_template_name` reaches the run's tokenizer: a name the tokenizer does not have
+/// stops the run with a message naming the flag (the built-in tokenizer has one template).
+#[tokio::test]
+async fn an_unknown_chat_template_name_stops_the_run_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(common::example_bin("terminal_test"))
+        .args(["process", "--testing", "true", "--env.use_wandb", "false"])
+        .args(["--env.total_steps", "1", "--env.group_size", "1"])
+        .arg("--env.tokenizer_name")
+        .arg(ChatTokenizer::builtin_dir())
+        .args(["--env.chat_template_name", "tool_use"])
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--env.chat_template_name tool_use") && err.contains("a single chat template"),
+        "the run must stop naming --env.chat_template_name: {err}"
+    );
+}

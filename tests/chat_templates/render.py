@@ -3,7 +3,7 @@
 Usage: render.py < REQUEST.json > ANSWER.json
 
 REQUEST: {"dir": tokenizer directory, "chats": [{"messages", "tools" (or null),
-"add_generation_prompt"}], "texts": [text, ...]}. The tokenizer is loaded with
+"add_generation_prompt", "chat_template" (a template name, optional)}], "texts": [text, ...]}. The tokenizer is loaded with
 `AutoTokenizer.from_pretrained(dir)`, so the chat template (a string, or a list of named
 templates in tokenizer_config.json) is chosen by transformers itself. ANSWER: {"chats":
 [{"text", "ids"} or {"error"}], "texts": [ids, ...]} (texts encoded with add_special_tokens=False).
@@ -40,6 +40,7 @@ def main():
                 vllm_messages(chat["messages"]),
                 tools=chat.get("tools"),
                 add_generation_prompt=chat.get("add_generation_prompt", False),
+                chat_template=chat.get("chat_template"),
                 tokenize=False,
             )
         except Exception as e:  # the template refuses the chat

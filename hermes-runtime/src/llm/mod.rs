@@ -14,6 +14,7 @@ mod pool;
 mod retry;
 mod route;
 mod stats;
+mod template_choice;
 pub mod tokenizer;
 mod types;
 
