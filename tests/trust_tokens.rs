@@ -325,6 +325,7 @@ async fn a_list_form_chat_template_is_chosen_as_transformers_chooses_it() {
         tokenizer: Arc::clone(&tok),
         parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: true,
+        mask_truncated_turns: false,
     };
     let session = hermes_runtime::llm::ManagedSession::new(&phase2);
     use hermes_runtime::llm::ChatBackend;
@@ -392,4 +393,155 @@ async fn an_unknown_chat_template_name_stops_the_run_naming_the_flag() {
         err.contains("--env.chat_template_name tool_use") && err.contains("a single chat template"),
         "the run must stop naming --env.chat_template_name: {err}"
     );
+}
+
+/// A chat-completion answer cut at `max_tokens`, with the server's `usage`.
+fn cut_reply(content: &str, prompt_tokens: u64) -> Reply {
+    Reply::Raw(
+        json!({
+            "id": "chatcmpl-cut", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": content.len(),
+                      "total_tokens": prompt_tokens + content.len() as u64},
+        })
+        .to_string(),
+    )
+}
+
+/// A turn cut at `max_tokens` is trained exactly as generated: its trained tokens are
+/// transformers' tokens of the generated text and the rollout's tokens end there, with no
+/// end-of-turn token the model never produced; `--env.mask_truncated_turns` masks it instead.
+/// The turn's `finish_reason` and the server's token counts are kept in the result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_length_cut_turn_is_trained_as_generated_without_an_invented_end_of_turn() {
+    const CUT: &str = "The answer is forty-tw";
+    let tmp = tempfile::tempdir().unwrap();
+    let tok = Arc::new(tokenizer_dir(tmp.path(), json!({})));
+    let eos = i64::from(tok.eos_id().unwrap());
+    let mut groups = Vec::new();
+    for mask in [false, true] {
+        let server = ScriptedServer::start(Script::new([cut_reply(CUT, 123)]))
+            .await
+            .unwrap();
+        let config = HermesEnvConfig {
+            group_size: 1,
+            mask_truncated_turns: mask,
+            ..Default::default()
+        };
+        let rt = runtime(&server, TokenSource::Retokenized(Arc::clone(&tok)), config);
+        let run = collect_group(&env(), &rt, 1).await;
+        let rollout = run.rollouts[0].clone();
+        let group = run
+            .result
+            .expect("a cut turn is the model's outcome: a group");
+        groups.push((rollout, group, rt.group_tools().schemas()));
+    }
+
+    let (rollout, group, schemas) = &groups[0];
+    let turns = &rollout.run.turns;
+    assert_eq!(turns.len(), 1, "one record per assistant turn: {turns:?}");
+    assert_eq!(turns[0].finish_reason.as_deref(), Some("length"));
+    assert_eq!(
+        turns[0].prompt_tokens,
+        Some(123),
+        "the server's usage is kept"
+    );
+    assert_eq!(turns[0].completion_tokens, Some(CUT.len() as u64));
+    assert_eq!(turns[0].message, 1, "the turn's assistant message");
+
+    let messages: Vec<Value> = rollout.run.messages[..1]
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    let tools: Vec<Value> = schemas
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+    let reference = transformers(json!({
+        "dir": tmp.path(),
+        "chats": [{"messages": messages, "tools": tools, "add_generation_prompt": true}],
+        "texts": [CUT],
+    }));
+    let prompt: Vec<i64> = serde_json::from_value(reference["chats"][0]["ids"].clone()).unwrap();
+    let generated: Vec<i64> = serde_json::from_value(reference["texts"][0].clone()).unwrap();
+    let tokens = &group.tokens[0];
+    let masks = &group.masks[0];
+    let trained: Vec<i64> = masks.iter().copied().filter(|&m| m != -100).collect();
+    assert_eq!(
+        trained, generated,
+        "the cut turn must be trained exactly as generated (transformers' tokens of its text), \
+         without an end-of-turn token after it"
+    );
+    assert_eq!(trained.len() as u64, turns[0].completion_tokens.unwrap());
+    assert_eq!(
+        tokens[..],
+        [&prompt[..], &generated[..]].concat()[..],
+        "the rollout's tokens are the prompt and what was generated, nothing after"
+    );
+    assert_ne!(tokens.last(), Some(&eos), "no invented end-of-turn token");
+
+    let (_, masked_group, _) = &groups[1];
+    assert_eq!(masked_group.tokens[0], *tokens, "masking keeps the tokens");
+    assert!(
+        masked_group.masks[0].iter().all(|&m| m == -100),
+        "--env.mask_truncated_turns masks the cut turn: {:?}",
+        masked_group.masks[0]
+    );
+}
+
+/// Phase 2 with `--env.mask_truncated_turns`: a completion cut at `max_tokens` stays in the
+/// sequence (the next turn still extends it) but is masked, with logprob 1.0.
+#[tokio::test]
+async fn phase2_masks_a_cut_completion_when_asked() {
+    let server = ScriptedServer::start(Script::new([Reply::text("abcdefghij")]))
+        .await
+        .unwrap();
+    let phase2 = hermes_runtime::llm::Phase2 {
+        client: hermes_runtime::llm::GenerateClient::new(
+            &[hermes_runtime::config::ApiServerConfig {
+                base_url: Some(server.base_url()),
+                server_type: hermes_runtime::config::ServerType::Vllm,
+                ..Default::default()
+            }],
+            hermes_runtime::llm::RetryPolicy::default(),
+        )
+        .unwrap(),
+        tokenizer: Arc::new(ChatTokenizer::builtin()),
+        parser: hermes_runtime::parsers::get("hermes").unwrap(),
+        preserve_think_blocks: false,
+        mask_truncated_turns: true,
+    };
+    let session = hermes_runtime::llm::ManagedSession::new(&phase2);
+    use hermes_runtime::llm::ChatBackend;
+    let answer = session
+        .chat(&hermes_runtime::llm::ChatRequest {
+            messages: vec![hermes_runtime::llm::Message::user("Q")],
+            tools: Vec::new().into(),
+            n: 1,
+            temperature: 1.0,
+            max_tokens: Some(4),
+            extra_body: Default::default(),
+            split: hermes_runtime::llm::Split::Train,
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer.choices[0].finish_reason.as_deref(), Some("length"));
+    let usage = answer
+        .usage
+        .expect("Phase 2 reports its exact token counts");
+    assert_eq!(usage.completion_tokens, Some(4));
+    let node = session.nodes().last().unwrap().clone();
+    assert_eq!(
+        node.tokens[node.tokens.len() - 4..],
+        [u32::from(b'a'), 98, 99, 100],
+        "the cut completion's tokens stay"
+    );
+    assert!(
+        node.masked_tokens.iter().all(|&m| m == -100),
+        "{:?}",
+        node.masked_tokens
+    );
+    assert!(node.logprobs.iter().all(|&l| l == 1.0));
+    assert_eq!(usage.prompt_tokens, Some((node.tokens.len() - 4) as u64));
 }

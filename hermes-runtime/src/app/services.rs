@@ -210,6 +210,7 @@ fn token_source(
                 tokenizer: tok,
                 parser: plan.parser,
                 preserve_think_blocks: env.thinking_mode,
+                mask_truncated_turns: env.mask_truncated_turns,
             }))
         }
         Some(tok) => {

@@ -52,6 +52,14 @@ pub enum TokenizerError {
     /// The chat template failed to compile or render.
     #[error("chat template: {0}")]
     Template(String),
+    /// A turn cut at `max_tokens` whose generated text the template does not render as it
+    /// was generated (tool calls parsed from a cut text, a template that rewrites content):
+    /// its tokens cannot be trained exactly as generated.
+    #[error(
+        "assistant message {0} was cut at max_tokens and the chat template does not render its \
+         text as generated, so its trained tokens cannot be placed"
+    )]
+    CutTurn(usize),
 }
 
 /// A tokenizer plus its chat template.

@@ -257,11 +257,25 @@ fn body_entry<M: serde::ser::SerializeMap, T: serde::Serialize + ?Sized>(
 }
 
 /// The parts of a chat-completion response the agent loop reads.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ChatResponse {
     /// Choices; may be empty on misbehaving servers.
     #[serde(default)]
     pub choices: Vec<Choice>,
+    /// Token counts the server reports, when it does.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+/// A response's `usage`: the tokens of its prompt and of its completion (all choices).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    #[serde(default)]
+    pub prompt_tokens: Option<u64>,
+    /// Tokens generated.
+    #[serde(default)]
+    pub completion_tokens: Option<u64>,
 }
 
 /// One choice of a response.

@@ -13,6 +13,7 @@ use tokio::sync::Semaphore;
 use tracing::{info_span, warn, Instrument};
 
 use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings};
+use crate::atropos::tokenize::CutTurns;
 use crate::atropos::{ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
@@ -282,7 +283,12 @@ impl<I> Attempt<I> {
             return self;
         }
         let schemas = tools.schemas();
-        match trainer_tokens(&rt.tokens, &self.rollout.run, &schemas, self.nodes.as_ref()) {
+        let cut_rule = match rt.config.mask_truncated_turns {
+            true => CutTurns::Masked,
+            false => CutTurns::AsGenerated,
+        };
+        let run = &self.rollout.run;
+        match trainer_tokens(&rt.tokens, run, &schemas, self.nodes.as_ref(), cut_rule) {
             Ok(t) => self.trained = Some(t),
             Err(e) => {
                 self.rollout.reward = 0.0;

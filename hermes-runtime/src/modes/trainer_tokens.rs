@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::agent::AgentResult;
 use crate::atropos::placeholder_tokens;
-use crate::atropos::tokenize::tokenize_for_trainer;
+use crate::atropos::tokenize::{tokenize_rollout, CutTurns};
 use crate::llm::managed::{NodeList, MASKED};
 use crate::llm::tokenizer::TokenizerError;
 use crate::llm::ToolSchema;
@@ -39,13 +39,24 @@ pub(crate) enum TrainerTokensError {
     },
 }
 
+/// The assistant messages of `run` whose generation was cut at `max_tokens`.
+fn cut_turns(run: &AgentResult) -> Vec<usize> {
+    run.turns
+        .iter()
+        .filter(|t| t.is_truncated())
+        .map(|t| t.message)
+        .collect()
+}
+
 /// The trainer tokens of `run` under `source` (Phase 2: from the rollout's token state
-/// `nodes`), with `tools` as the model was offered them.
+/// `nodes`, where cut turns were masked or not as they were generated), with `tools` as the
+/// model was offered them; Phase 1 trains its cut turns by `cut_rule`.
 pub(crate) fn trainer_tokens(
     source: &TokenSource,
     run: &AgentResult,
     tools: &Arc<[ToolSchema]>,
     nodes: Option<&NodeList>,
+    cut_rule: CutTurns,
 ) -> Result<TrainerTokens, TrainerTokensError> {
     match source {
         TokenSource::Placeholder => {
@@ -56,16 +67,18 @@ pub(crate) fn trainer_tokens(
                 inference_logprobs: None,
             })
         }
-        TokenSource::Retokenized(tok) => tokenize_for_trainer(tok, &run.messages, tools, true, "")
-            .map(|t| TrainerTokens {
-                tokens: t.tokens,
-                masks: t.masks,
-                inference_logprobs: None,
-            })
-            .map_err(|source| TrainerTokensError::Render {
-                tokenizer: tok.source().to_owned(),
-                source: Box::new(source),
-            }),
+        TokenSource::Retokenized(tok) => {
+            tokenize_rollout(tok, &run.messages, tools, &cut_turns(run), cut_rule)
+                .map(|t| TrainerTokens {
+                    tokens: t.tokens,
+                    masks: t.masks,
+                    inference_logprobs: None,
+                })
+                .map_err(|source| TrainerTokensError::Render {
+                    tokenizer: tok.source().to_owned(),
+                    source: Box::new(source),
+                })
+        }
         TokenSource::Managed(phase2) => {
             if let Some(node) = nodes.and_then(NodeList::last) {
                 return Ok(TrainerTokens {
