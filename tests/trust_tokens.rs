@@ -481,6 +481,25 @@ async fn a_length_cut_turn_is_trained_as_generated_without_an_invented_end_of_tu
     );
     assert_ne!(tokens.last(), Some(&eos), "no invented end-of-turn token");
 
+    // The groups' JSONL carries each assistant turn's finish_reason and token counts.
+    let line: Value = serde_json::from_str(&hermes_runtime::atropos::json::to_python_string(
+        &serde_json::to_value(group).unwrap(),
+    ))
+    .unwrap();
+    let cut_message = &line["messages"][0][1];
+    assert_eq!(
+        cut_message["finish_reason"], "length",
+        "the JSONL's assistant message must say it was cut: {cut_message}"
+    );
+    assert_eq!(
+        cut_message["usage"],
+        json!({"prompt_tokens": 123, "completion_tokens": CUT.len()})
+    );
+    assert!(
+        line["messages"][0][0].get("finish_reason").is_none(),
+        "only assistant turns"
+    );
+
     let (_, masked_group, _) = &groups[1];
     assert_eq!(masked_group.tokens[0], *tokens, "masking keeps the tokens");
     assert!(

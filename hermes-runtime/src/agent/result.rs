@@ -78,6 +78,23 @@ impl AgentResult {
             .map(|c| (c.function.name.as_str(), c.function.arguments.as_str()))
     }
 
+    /// The transcript with each assistant message's `finish_reason` and `usage` from its turn
+    /// record: what the groups' JSONL carries and the viewer shows.
+    pub fn annotated_messages(&self) -> Vec<Message> {
+        let mut messages = self.messages.clone();
+        for t in &self.turns {
+            if let Some(m) = messages.get_mut(t.message) {
+                m.finish_reason = t.finish_reason.clone();
+                m.usage = Some(crate::llm::Usage {
+                    prompt_tokens: t.prompt_tokens,
+                    completion_tokens: t.completion_tokens,
+                })
+                .filter(|u| u.prompt_tokens.is_some() || u.completion_tokens.is_some());
+            }
+        }
+        messages
+    }
+
     /// The record of the turn that produced message `index`, if it is an assistant turn.
     pub fn turn_of(&self, index: usize) -> Option<&TurnRecord> {
         self.turns.iter().find(|t| t.message == index)

@@ -695,7 +695,7 @@ pub async fn collect_group<A: EnvAccess>(
                         tokens: t.tokens,
                         masks: t.masks,
                         score: r.reward,
-                        messages: r.run.messages.clone(),
+                        messages: r.run.annotated_messages(),
                         inference_logprobs: t.inference_logprobs,
                     }
                 })
