@@ -117,3 +117,70 @@ pub(crate) fn trainer_tokens(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ApiServerConfig;
+    use crate::llm::{ChatTokenizer, GenerateClient, Message, Phase2, RetryPolicy};
+
+    /// The built-in tokenizer with a chat template that refuses every chat.
+    fn refusing() -> Arc<ChatTokenizer> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            ChatTokenizer::builtin_dir().join("tokenizer.json"),
+            dir.path().join("tokenizer.json"),
+        )
+        .unwrap();
+        let template = "{{ raise_exception('roles must alternate') }}";
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template}).to_string(),
+        )
+        .unwrap();
+        Arc::new(ChatTokenizer::load(dir.path().to_str().unwrap()).unwrap())
+    }
+
+    fn run() -> AgentResult {
+        AgentResult {
+            messages: vec![Message::user("Q"), Message::assistant("A")],
+            turns_used: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Neither phase answers a refused render with stand-in tokens (placeholders in Phase 1,
+    /// an empty sequence in Phase 2): the error comes back, with the template's reason.
+    #[test]
+    fn a_refused_render_is_an_error_in_both_phases_never_stand_in_tokens() {
+        let tools: Arc<[ToolSchema]> = Vec::new().into();
+        let phase1 = TokenSource::Retokenized(refusing());
+        let err = trainer_tokens(&phase1, &run(), &tools, None, CutTurns::AsGenerated).unwrap_err();
+        let chain = crate::diagnostics::error_chain(&err);
+        assert!(chain.contains("roles must alternate"), "{chain}");
+        let config = ApiServerConfig {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            server_type: crate::config::ServerType::Vllm,
+            ..Default::default()
+        };
+        let phase2 = TokenSource::Managed(Arc::new(Phase2 {
+            client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
+            tokenizer: refusing(),
+            parser: crate::parsers::get("hermes").unwrap(),
+            preserve_think_blocks: false,
+            mask_truncated_turns: false,
+        }));
+        assert!(trainer_tokens(&phase2, &run(), &tools, None, CutTurns::AsGenerated).is_err());
+        // Placeholders only where they are asked for (no tokenizer), and marked as such by the
+        // group (`ScoredDataGroup::from_items`).
+        let placeholder = trainer_tokens(
+            &TokenSource::Placeholder,
+            &run(),
+            &tools,
+            None,
+            CutTurns::AsGenerated,
+        )
+        .unwrap();
+        assert!(placeholder.inference_logprobs.is_none());
+    }
+}
