@@ -155,6 +155,7 @@ fn runtime(server: &ScriptedServer, api_url: &str) -> anyhow::Result<Runtime> {
                 tokenizer: Arc::clone(server.tokenizer()),
                 parser: hermes_runtime::parsers::get("hermes")?,
                 preserve_think_blocks: false,
+                mask_truncated_turns: false,
             })))
             .build(),
     )

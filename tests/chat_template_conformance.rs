@@ -325,6 +325,7 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
             tokenizer: Arc::clone(&tok),
             parser: hermes_runtime::parsers::get("hermes").unwrap(),
             preserve_think_blocks: true,
+            mask_truncated_turns: false,
         };
         let session = ManagedSession::new(&phase2);
         let request = ChatRequest {

@@ -27,6 +27,7 @@ async fn phase2(script: Vec<Reply>) -> (ScriptedServer, Phase2) {
         tokenizer: Arc::new(ChatTokenizer::builtin()),
         parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: false,
+        mask_truncated_turns: false,
     };
     (server, p)
 }

@@ -259,6 +259,7 @@ async fn serve(
         tokenizer: Arc::clone(server.tokenizer()),
         parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: false,
+        mask_truncated_turns: false,
     })))
     .build();
     let env = <Resend as hermes_env::EnvDefinition>::from_config(config, Default::default());

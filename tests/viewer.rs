@@ -203,3 +203,37 @@ async fn viewer_opens_a_100_mb_file() {
     // figure printed above, not a test; dump_dom bounds a hang at 120 s).
     assert_eq!(dom.matches("<section class=\"group\"").count(), 20);
 }
+
+/// Each assistant turn shows how its generation ended and its token counts; a turn cut at
+/// `max_tokens` is flagged.
+#[tokio::test(flavor = "multi_thread")]
+async fn viewer_shows_each_turns_finish_reason_and_token_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = tmp.path().join("groups.jsonl");
+    let mut conv = conversation("The answer is forty-tw");
+    conv[2]["finish_reason"] = json!("tool_calls");
+    conv[2]["usage"] = json!({"prompt_tokens": 120, "completion_tokens": 18});
+    conv[4]["finish_reason"] = json!("length");
+    conv[4]["usage"] = json!({"prompt_tokens": 160, "completion_tokens": 22});
+    std::fs::write(&jsonl, format!("{}\n", group(&[0.0], &conv))).unwrap();
+    let html = view(&jsonl).await;
+    let dom = dump_dom(&url(&html, ""), tmp.path()).await;
+    assert!(
+        dom.contains(
+            "<div class=\"gen\">finish_reason tool_calls · 120 prompt tokens · 18 completion tokens</div>"
+        ),
+        "the viewer must show each turn's finish_reason and token counts: {}",
+        &dom[..dom.len().min(4000)]
+    );
+    assert!(
+        dom.contains(
+            "<div class=\"gen warn\">cut at max_tokens (finish_reason length) · 160 prompt tokens · 22 completion tokens</div>"
+        ),
+        "a cut turn is flagged"
+    );
+    assert_eq!(
+        dom.matches("class=\"gen").count(),
+        2,
+        "only turns that say so"
+    );
+}

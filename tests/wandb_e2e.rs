@@ -181,6 +181,7 @@ async fn process_streams_the_run_and_sync_replays_it() {
         "train/rollout_failures_sandbox",
         "train/rollout_failures_verifier",
         "train/rollout_failures_tampered",
+        "train/rollout_failures_tokenization",
         "train/completion_lengths",
         "train/completion_lengths_std",
         "train/completion_lengths_max",

@@ -138,6 +138,14 @@ pub enum RewardOutcome {
         /// The server's error, one line.
         message: String,
     },
+    /// The rollout's trainer tokens could not be rendered (a chat template that raises, as
+    /// Llama 3.1/3.2's do on parallel tool calls and Mistral's on roles that do not alternate).
+    /// What transformers cannot render is not sent in any form: placeholder ids in a group
+    /// marked as real tokens would be trained as if they were the model's.
+    TokenizationFailure {
+        /// The error, one line.
+        message: String,
+    },
 }
 
 /// The kinds of rollout failure (outcomes that are not training data), for counts, metric
@@ -153,24 +161,29 @@ pub enum FailureKind {
     Verifier,
     /// [`RewardOutcome::Tampered`].
     Tampered,
+    /// [`RewardOutcome::TokenizationFailure`].
+    Tokenization,
 }
 
 impl FailureKind {
     /// Every kind, in display order.
-    pub const ALL: [FailureKind; 4] = [
+    pub const ALL: [FailureKind; 5] = [
         FailureKind::Llm,
         FailureKind::Sandbox,
         FailureKind::Verifier,
         FailureKind::Tampered,
+        FailureKind::Tokenization,
     ];
 
-    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`, `tampered`).
+    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`, `tampered`,
+    /// `tokenization`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Llm => "llm",
             FailureKind::Sandbox => "sandbox",
             FailureKind::Verifier => "verifier",
             FailureKind::Tampered => "tampered",
+            FailureKind::Tokenization => "tokenization",
         }
     }
 
@@ -192,6 +205,7 @@ impl RewardOutcome {
             RewardOutcome::SandboxFailure { .. } => Some(FailureKind::Sandbox),
             RewardOutcome::VerifierFailure { .. } => Some(FailureKind::Verifier),
             RewardOutcome::Tampered { .. } => Some(FailureKind::Tampered),
+            RewardOutcome::TokenizationFailure { .. } => Some(FailureKind::Tokenization),
         }
     }
 
@@ -206,7 +220,8 @@ impl RewardOutcome {
             RewardOutcome::LlmFailure { message }
             | RewardOutcome::SandboxFailure { message }
             | RewardOutcome::VerifierFailure { message }
-            | RewardOutcome::Tampered { message } => Some(message),
+            | RewardOutcome::Tampered { message }
+            | RewardOutcome::TokenizationFailure { message } => Some(message),
             _ => None,
         }
     }
@@ -223,6 +238,8 @@ pub struct FailureCounts {
     pub verifier: usize,
     /// Tampered verifications.
     pub tampered: usize,
+    /// Trainer tokens that could not be rendered.
+    pub tokenization: usize,
 }
 
 impl FailureCounts {
@@ -238,6 +255,7 @@ impl FailureCounts {
             FailureKind::Sandbox => self.sandbox,
             FailureKind::Verifier => self.verifier,
             FailureKind::Tampered => self.tampered,
+            FailureKind::Tokenization => self.tokenization,
         }
     }
 
@@ -247,6 +265,7 @@ impl FailureCounts {
             FailureKind::Sandbox => &mut self.sandbox,
             FailureKind::Verifier => &mut self.verifier,
             FailureKind::Tampered => &mut self.tampered,
+            FailureKind::Tokenization => &mut self.tokenization,
         }
     }
 

@@ -4,6 +4,6 @@ mod result;
 mod run;
 
 pub(crate) use result::{clip, panic_message};
-pub use result::{AgentResult, ToolError};
+pub use result::{AgentResult, ToolError, TurnRecord};
 pub(crate) use run::parse_arguments;
 pub use run::{AgentLoop, AgentSettings, Ending};

@@ -19,6 +19,29 @@ pub struct AgentResult {
     pub tool_errors: Vec<ToolError>,
     /// Why the run ended early, when an LLM call failed.
     pub llm_error: Option<String>,
+    /// How each assistant turn's generation ended and what it cost, in turn order.
+    #[serde(default)]
+    pub turns: Vec<TurnRecord>,
+}
+
+/// One assistant turn's generation, as the server reported it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Index in [`AgentResult::messages`] of the assistant message the turn became.
+    pub message: usize,
+    /// `stop`, `tool_calls`, `length` (cut at `max_tokens`), … as the server said.
+    pub finish_reason: Option<String>,
+    /// Prompt tokens, from the response's `usage`.
+    pub prompt_tokens: Option<u64>,
+    /// Generated tokens, from the response's `usage`.
+    pub completion_tokens: Option<u64>,
+}
+
+impl TurnRecord {
+    /// True when the generation was cut at `max_tokens` (`finish_reason == "length"`).
+    pub fn is_truncated(&self) -> bool {
+        self.finish_reason.as_deref() == Some("length")
+    }
 }
 
 /// One failed tool call, for telemetry.
@@ -53,6 +76,28 @@ impl AgentResult {
             .filter_map(|m| m.tool_calls.as_ref())
             .flatten()
             .map(|c| (c.function.name.as_str(), c.function.arguments.as_str()))
+    }
+
+    /// The transcript with each assistant message's `finish_reason` and `usage` from its turn
+    /// record: what the groups' JSONL carries and the viewer shows.
+    pub fn annotated_messages(&self) -> Vec<Message> {
+        let mut messages = self.messages.clone();
+        for t in &self.turns {
+            if let Some(m) = messages.get_mut(t.message) {
+                m.finish_reason = t.finish_reason.clone();
+                m.usage = Some(crate::llm::Usage {
+                    prompt_tokens: t.prompt_tokens,
+                    completion_tokens: t.completion_tokens,
+                })
+                .filter(|u| u.prompt_tokens.is_some() || u.completion_tokens.is_some());
+            }
+        }
+        messages
+    }
+
+    /// The record of the turn that produced message `index`, if it is an assistant turn.
+    pub fn turn_of(&self, index: usize) -> Option<&TurnRecord> {
+        self.turns.iter().find(|t| t.message == index)
     }
 
     /// True when the transcript holds nothing beyond the system and user prompt.

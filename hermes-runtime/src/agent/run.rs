@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn, Instrument};
 
-use super::result::{clip, panic_message, AgentResult, ToolError};
+use super::result::{clip, panic_message, AgentResult, ToolError, TurnRecord};
 use crate::atropos::json::to_python_string;
 use crate::llm::{new_call_id, ChatBackend, ChatRequest, LlmError, Message, Split, ToolCall};
 use crate::parsers::{self, HermesParser, ToolCallParser};
@@ -107,9 +107,9 @@ impl AgentLoop<'_> {
             let turn_span = tracing::info_span!("turn", turn = turn + 1);
             let response = self.llm.chat(&request).instrument(turn_span).await;
             result.turns_used = turn + 1;
-            let choice = match response {
+            let (choice, usage) = match response {
                 Ok(r) => match r.choices.into_iter().next() {
-                    Some(c) => c,
+                    Some(c) => (c, r.usage.unwrap_or_default()),
                     None => {
                         result.llm_error = Some("the server returned no choices".into());
                         return (result, Ending::Finished);
@@ -138,6 +138,12 @@ impl AgentLoop<'_> {
                     return (result, Ending::Finished);
                 }
             };
+            result.turns.push(TurnRecord {
+                message: result.messages.len(),
+                finish_reason: choice.finish_reason.clone(),
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+            });
             let message = choice.message;
             let reasoning = message.reasoning_text();
             result.reasoning_per_turn.push(reasoning.clone());

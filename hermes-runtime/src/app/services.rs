@@ -56,9 +56,16 @@ impl<E: Environment> Services<E> {
         }
         let sandboxes = start_backend(&cfg.env, plan.backend, name).await?.provider;
         let managed = plan.phase == Phase::Managed;
-        let tokenizer = load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing)
-            .await?
-            .map(|tok| Arc::new(with_template_kwargs(tok, &plan.template_kwargs)));
+        let tokenizer = match load_tokenizer(&plan.tokenizer, managed, cfg.manager.testing).await? {
+            Some(tok) => {
+                let tok = with_template_kwargs(tok, &plan.template_kwargs);
+                Some(Arc::new(with_template_name(
+                    tok,
+                    cfg.env.chat_template_name.as_deref(),
+                )?))
+            }
+            None => None,
+        };
         let (references, scripted) = match cfg.manager.testing {
             true => {
                 let (book, server) = start_scripted(&mut cfg, plan, tokenizer.as_ref()).await?;
@@ -143,6 +150,21 @@ fn with_template_kwargs(
     tok.with_template_kwargs(kwargs.clone())
 }
 
+/// The tokenizer rendering every chat with its template `name` (`--env.chat_template_name`),
+/// said once; without a name, transformers' choice among named templates.
+fn with_template_name(tok: ChatTokenizer, name: Option<&str>) -> anyhow::Result<ChatTokenizer> {
+    let Some(name) = name else {
+        return Ok(tok);
+    };
+    let tok = tok.with_template_name(name)?;
+    info!(
+        "chat template of {}: rendering every chat with its template {name} from \
+         --env.chat_template_name (Phase 1 trainer tokens and Phase 2 prompts alike)",
+        tok.source()
+    );
+    Ok(tok)
+}
+
 /// Starts the embedded scripted server of `--testing` (playing the environment's reference
 /// solutions) and points every server at it.
 async fn start_scripted(
@@ -195,6 +217,7 @@ fn token_source(
                 tokenizer: tok,
                 parser: plan.parser,
                 preserve_think_blocks: env.thinking_mode,
+                mask_truncated_turns: env.mask_truncated_turns,
             }))
         }
         Some(tok) => {

@@ -131,6 +131,87 @@ pub fn tokenize_for_trainer(
     Ok(out)
 }
 
+/// How the assistant turns cut at `max_tokens` (`finish_reason == "length"`) are trained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CutTurns {
+    /// Exactly as generated: the text the model produced, and not the end-of-turn markup the
+    /// chat template closes every assistant turn with (the model never generated it).
+    #[default]
+    AsGenerated,
+    /// Not at all: masked -100 (`--env.mask_truncated_turns`).
+    Masked,
+}
+
+/// The trainer tokens of a finished rollout (Phase 1 re-tokenization): every assistant turn
+/// trained as in [`tokenize_for_trainer`], except the turns at message indices `cut`, which
+/// were cut at `max_tokens` and are trained by `rule`. A rollout that ends with a cut turn
+/// also ends its tokens where the generation stopped, as Phase 2's exact tokens do.
+///
+/// Upstream (Atropos's `tokenize_for_trainer`) only dropped one final end-of-turn token, and
+/// only when the caller passed `finish_reason == "length"` for the whole chat; the Hermes agent
+/// environment passed none, so a cut turn was trained with the end-of-turn token (and markup
+/// after it) that the template invents for every assistant turn.
+pub fn tokenize_rollout(
+    tok: &ChatTokenizer,
+    chat: &[Message],
+    tools: &Arc<[ToolSchema]>,
+    cut: &[usize],
+    rule: CutTurns,
+) -> Result<Tokenized, TokenizerError> {
+    let rendered = Rendered::new(tok, chat, tools)?;
+    let mut tokens: Vec<i64> = rendered.ids.iter().map(|&t| i64::from(t)).collect();
+    let mut masks = vec![-100i64; tokens.len()];
+    let mut text_end = rendered.text.len();
+    for (i, m) in chat.iter().enumerate() {
+        if m.role != "assistant" && m.role != "agent" {
+            continue;
+        }
+        let start = rendered.boundary(i, true)?;
+        let end = rendered.boundary(i + 1, false)?;
+        if !cut.contains(&i) {
+            rendered.train(&mut masks, start, end);
+            continue;
+        }
+        let generated =
+            generated_end(&rendered.text, start, end, m).ok_or(TokenizerError::CutTurn(i))?;
+        if rule == CutTurns::AsGenerated {
+            rendered.train(&mut masks, start, generated);
+        }
+        if i + 1 == chat.len() {
+            text_end = generated;
+        }
+    }
+    // Tokens that start after the end of a final cut turn are the template's closing markup.
+    let keep = rendered.starts.partition_point(|&at| at < text_end);
+    tokens.truncate(keep);
+    masks.truncate(keep);
+    Ok(Tokenized { tokens, masks })
+}
+
+/// Where the generated text of the cut assistant message `m` ends in `text`, whose template
+/// renders it in `[start, end)`: after its content (or, with no content, its reasoning) as
+/// the model wrote it. `None` when the template does not render it as written, or when tool
+/// calls were parsed from the cut text (their rendering is not what was generated).
+fn generated_end(text: &str, start: usize, end: usize, m: &Message) -> Option<usize> {
+    if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) {
+        return None;
+    }
+    let span = text.get(start..end)?;
+    let written = if m.content.is_empty() {
+        m.reasoning_content.as_deref().unwrap_or_default()
+    } else {
+        m.content.as_str()
+    };
+    if written.is_empty() {
+        return Some(start);
+    }
+    // The last occurrence: reasoning rendered before the content may repeat its text.
+    [written, written.trim_end()]
+        .into_iter()
+        .filter(|w| !w.is_empty())
+        .find_map(|w| span.rfind(w).map(|at| start + at + w.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +265,30 @@ mod tests {
         let tok = ChatTokenizer::builtin();
         let t = tokenize_for_trainer(&tok, &chat(), &no_tools(), true, "stop").unwrap();
         assert_eq!(trained_text(&tok, &t), ["A1<|im_end|>\n", "A2<|im_end|>\n"]);
+    }
+
+    #[test]
+    fn a_cut_turn_is_trained_as_generated_or_masked_and_ends_the_tokens_where_it_stopped() {
+        let tok = ChatTokenizer::builtin();
+        let full = tokenize_for_trainer(&tok, &chat(), &no_tools(), true, "stop").unwrap();
+        let cut =
+            tokenize_rollout(&tok, &chat(), &no_tools(), &[3], CutTurns::AsGenerated).unwrap();
+        assert_eq!(trained_text(&tok, &cut), ["A1<|im_end|>\n", "A2"]);
+        assert_eq!(
+            cut.tokens[..],
+            full.tokens[..full.tokens.len() - 2],
+            "no <|im_end|>\\n"
+        );
+        let masked = tokenize_rollout(&tok, &chat(), &no_tools(), &[3], CutTurns::Masked).unwrap();
+        assert_eq!(masked.tokens, cut.tokens);
+        assert_eq!(trained_text(&tok, &masked), ["A1<|im_end|>\n"]);
+        // A cut turn inside the chat keeps the template's closing markup as masked context.
+        let inner =
+            tokenize_rollout(&tok, &chat(), &no_tools(), &[1], CutTurns::AsGenerated).unwrap();
+        assert_eq!(inner.tokens, full.tokens);
+        assert_eq!(trained_text(&tok, &inner), ["A1", "A2<|im_end|>\n"]);
+        let none = tokenize_rollout(&tok, &chat(), &no_tools(), &[], CutTurns::Masked).unwrap();
+        assert_eq!(none, full);
     }
 
     #[test]

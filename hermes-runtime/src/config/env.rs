@@ -74,6 +74,10 @@ config_section! {
         max_batches_offpolicy: i64 = 3,
         /// Tokenizer for Phase 2 and for re-tokenizing Phase 1 chats: a directory (tokenizer.json + tokenizer_config.json) or a hub id ORG/NAME[@revision] from the Hugging Face cache, downloaded when online.
         tokenizer_name: String = "NousResearch/DeepHermes-3-Llama-3-3B-Preview".into(),
+        /// Mask (-100) assistant turns cut at max_tokens (finish_reason length) instead of training them exactly as generated (never with an end-of-turn token the model did not produce).
+        mask_truncated_turns: bool = false,
+        /// Named chat template of the tokenizer to render every chat with (e.g. tool_use), for tokenizers whose chat_template is a list; null = transformers' choice: tool_use when tools are offered and it exists, else default.
+        chat_template_name: Option<String> = None,
         /// Log to Weights & Biases.
         use_wandb: bool = true,
         /// Trajectory API base URL.
@@ -230,7 +234,7 @@ config_section! {
         /// Evaluate at most this many eval items (null = all).
         #[range(0, 1_000_000_000)]
         eval_size: Option<i64> = None,
-        /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox or verifier failure) before its item is recorded in the failures file instead of being trained on.
+        /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox, verifier or tokenization failure) before its item is recorded in the failures file instead of being trained on.
         #[range(0, 100)]
         max_rollout_retries: i64 = 2,
         /// Seconds in-flight rollouts get to finish after the first SIGINT/SIGTERM before they are cancelled (a second signal cancels at once).

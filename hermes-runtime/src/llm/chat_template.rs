@@ -15,6 +15,11 @@ use minijinja::{Environment, Error, ErrorKind, State};
 
 /// A template environment with transformers' semantics, holding `template` as `chat`.
 pub fn environment(template: String) -> Result<Environment<'static>, Error> {
+    environment_with(vec![("chat".to_owned(), template)])
+}
+
+/// A template environment with transformers' semantics, holding each `(name, template)`.
+pub fn environment_with(templates: Vec<(String, String)>) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();
     env.set_syntax(
         minijinja::syntax::SyntaxConfig::builder()
@@ -26,7 +31,9 @@ pub fn environment(template: String) -> Result<Environment<'static>, Error> {
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env.add_filter("tojson", tojson);
-    env.add_template_owned("chat", template)?;
+    for (name, template) in templates {
+        env.add_template_owned(name, template)?;
+    }
     Ok(env)
 }
 

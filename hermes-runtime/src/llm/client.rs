@@ -81,9 +81,7 @@ impl LlmClient {
             parts.push(part);
         }
         let results = futures::future::join_all(parts.iter().map(|p| self.chat_once(p))).await;
-        let mut merged = ChatResponse {
-            choices: Vec::new(),
-        };
+        let mut merged = ChatResponse::default();
         for r in results {
             merged.choices.extend(r?.choices);
         }

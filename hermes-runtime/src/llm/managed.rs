@@ -59,6 +59,9 @@ pub struct Completion {
     pub logprobs: Vec<f64>,
     /// Finish reason.
     pub finish_reason: String,
+    /// False to keep the completion in the sequence but mask it (-100, logprob 1.0): a turn
+    /// cut at `max_tokens` under `--env.mask_truncated_turns`.
+    pub trained: bool,
 }
 
 /// The nodes of one rollout (list mode).
@@ -122,10 +125,15 @@ impl NodeList {
             tokens.extend(&c.ids);
             let mut masked = base_masked.to_vec();
             masked.extend(std::iter::repeat_n(MASKED, new_prompt));
-            masked.extend(c.ids.iter().map(|&t| i64::from(t)));
             let mut logprobs = base_logprobs.to_vec();
             logprobs.extend(std::iter::repeat_n(1.0, new_prompt));
-            logprobs.extend(&c.logprobs);
+            if c.trained {
+                masked.extend(c.ids.iter().map(|&t| i64::from(t)));
+                logprobs.extend(&c.logprobs);
+            } else {
+                masked.extend(std::iter::repeat_n(MASKED, c.ids.len()));
+                logprobs.extend(std::iter::repeat_n(1.0, c.ids.len()));
+            }
             built.push(SequenceNode {
                 full_text: format!("{prompt}{}", c.text),
                 tokens,
@@ -173,6 +181,9 @@ pub struct Phase2 {
     /// Keep `<think>` blocks as the template renders them (`thinking_mode`); otherwise they
     /// are shielded from templates that strip them, which would break prefix matching.
     pub preserve_think_blocks: bool,
+    /// Mask completions cut at `max_tokens` instead of training them as generated
+    /// (`--env.mask_truncated_turns`).
+    pub mask_truncated_turns: bool,
 }
 
 impl std::fmt::Debug for Phase2 {
@@ -287,6 +298,7 @@ impl ChatBackend for ManagedSession<'_> {
             })
             .await?;
         let tools_active = !request.tools.is_empty();
+        let generated_tokens: usize = generated.iter().map(|g| g.ids.len()).sum();
         let mut completions = Vec::with_capacity(generated.len());
         let mut choices = Vec::with_capacity(generated.len());
         for Generated {
@@ -337,11 +349,13 @@ impl ChatBackend for ManagedSession<'_> {
                 },
                 finish_reason: Some(finish),
             });
+            let trained = !(self.phase2.mask_truncated_turns && finish_reason == "length");
             completions.push(Completion {
                 text,
                 logprobs: fit_logprobs(logprobs, ids.len()),
                 ids,
                 finish_reason,
+                trained,
             });
         }
         self.state
@@ -349,7 +363,14 @@ impl ChatBackend for ManagedSession<'_> {
             .expect("lock poisoned")
             .nodes
             .commit(&plan, &prompt, completions);
-        Ok(ChatResponse { choices })
+        let usage = super::Usage {
+            prompt_tokens: Some(plan.input_ids.len() as u64),
+            completion_tokens: Some(generated_tokens as u64),
+        };
+        Ok(ChatResponse {
+            choices,
+            usage: Some(usage),
+        })
     }
 }
 
@@ -383,6 +404,7 @@ mod tests {
             ids: ids.to_vec(),
             logprobs: fit_logprobs(lps.to_vec(), ids.len()),
             finish_reason: finish.into(),
+            trained: true,
         }
     }
 

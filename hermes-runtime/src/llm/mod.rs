@@ -16,6 +16,7 @@ mod refusal;
 mod retry;
 mod route;
 mod stats;
+mod template_choice;
 pub mod tokenizer;
 mod types;
 

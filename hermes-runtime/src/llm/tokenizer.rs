@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::chat_template;
 use super::pieces::PieceEncoder;
+use super::template_choice::{templates_of, TemplateChoice};
 use super::types::PerToolList;
 use super::ToolSchema;
 
@@ -51,12 +52,22 @@ pub enum TokenizerError {
     /// The chat template failed to compile or render.
     #[error("chat template: {0}")]
     Template(String),
+    /// A turn cut at `max_tokens` whose generated text the template does not render as it
+    /// was generated (tool calls parsed from a cut text, a template that rewrites content):
+    /// its tokens cannot be trained exactly as generated.
+    #[error(
+        "assistant message {0} was cut at max_tokens and the chat template does not render its \
+         text as generated, so its trained tokens cannot be placed"
+    )]
+    CutTurn(usize),
 }
 
 /// A tokenizer plus its chat template.
 pub struct ChatTokenizer {
     tokenizer: tokenizers::Tokenizer,
     templates: Environment<'static>,
+    /// Which of `templates` renders a chat.
+    choice: TemplateChoice,
     bos_token: Option<String>,
     eos_token: Option<String>,
     eos_id: Option<u32>,
@@ -98,22 +109,6 @@ fn token_text(v: Option<&Value>) -> Option<String> {
     }
 }
 
-/// The default template of a `chat_template` value: a string, or a list of
-/// `{"name", "template"}` entries (the one named `default`, else the first).
-fn template_text(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(list) => list
-            .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-            .or_else(|| list.first())
-            .and_then(|t| t.get("template"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        _ => None,
-    }
-}
-
 /// The special tokens transformers passes to every template (`special_tokens_map`).
 const SPECIAL_TOKEN_KEYS: [&str; 7] = [
     "bos_token",
@@ -129,10 +124,10 @@ impl ChatTokenizer {
     fn build(
         tokenizer: tokenizers::Tokenizer,
         config: &Value,
-        template: String,
+        (choice, templates): (TemplateChoice, Vec<(String, String)>),
         source: String,
     ) -> Result<Self, TokenizerError> {
-        let templates = chat_template::environment(template)
+        let templates = chat_template::environment_with(templates)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
         let special_tokens = SPECIAL_TOKEN_KEYS
             .iter()
@@ -147,6 +142,7 @@ impl ChatTokenizer {
             tool_values: PerToolList::new(),
             tokenizer,
             templates,
+            choice,
             bos_token: token_text(config.get("bos_token")),
             eos_token,
             eos_id,
@@ -164,8 +160,8 @@ impl ChatTokenizer {
             .expect("the built-in tokenizer.json is valid");
         let config: Value =
             serde_json::from_str(TINY_CONFIG).expect("the built-in tokenizer_config.json is valid");
-        let template = template_text(config.get("chat_template")).expect("built-in template");
-        Self::build(tokenizer, &config, template, "builtin".into())
+        let templates = templates_of(config.get("chat_template")).expect("built-in template");
+        Self::build(tokenizer, &config, templates, "builtin".into())
             .expect("the built-in chat template compiles")
     }
 
@@ -262,15 +258,18 @@ impl ChatTokenizer {
             }
             None => Value::Object(Default::default()),
         };
-        let template = match jinja {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| TokenizerError::File {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            })?,
-            None => template_text(config.get("chat_template"))
+        let templates = match jinja {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| TokenizerError::File {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })?;
+                templates_of(Some(&Value::String(text))).expect("a string is one template")
+            }
+            None => templates_of(config.get("chat_template"))
                 .ok_or_else(|| TokenizerError::NoTemplate(PathBuf::from(&source)))?,
         };
-        Self::build(tokenizer, &config, template, source)
+        Self::build(tokenizer, &config, templates, source)
     }
 
     /// Sets extra template variables (`chat_template_kwargs` such as `enable_thinking`) that
@@ -279,6 +278,13 @@ impl ChatTokenizer {
         self.template_kwargs = kwargs;
         self.globals = globals(&self.special_tokens, &self.template_kwargs);
         self
+    }
+
+    /// Renders every chat with the chat template named `name` (`--env.chat_template_name`) of
+    /// a tokenizer that has named ones; an error naming those there are otherwise.
+    pub fn with_template_name(mut self, name: &str) -> Result<Self, TokenizerError> {
+        self.choice = self.choice.with_name(name, &self.source)?;
+        Ok(self)
     }
 
     /// Token ids of a rendered chat: `add_special_tokens=False`, as transformers'
@@ -436,9 +442,12 @@ impl ChatTokenizer {
         n: usize,
         add_generation_prompt: bool,
     ) -> Result<(minijinja::Template<'_, '_>, minijinja::Value), TokenizerError> {
+        // transformers passes `tools=None` when none are offered: only then is `default` chosen
+        // over `tool_use`.
+        let key = self.choice.key(chat.tools.is_some())?;
         let template = self
             .templates
-            .get_template("chat")
+            .get_template(key)
             .map_err(|e| TokenizerError::Template(e.to_string()))?;
         let n = n.min(chat.messages.len());
         let fixed = minijinja::context! {

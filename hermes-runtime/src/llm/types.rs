@@ -26,6 +26,14 @@ pub struct Message {
     /// Tool calls requested by an assistant message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
+    /// How an assistant turn's generation ended (`stop`, `tool_calls`, `length` = cut at
+    /// `max_tokens`), in the transcripts written for people and trainers
+    /// ([`crate::agent::AgentResult::annotated_messages`]); never set on what a server is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The server's token counts for an assistant turn, alongside `finish_reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl Message {
@@ -36,6 +44,8 @@ impl Message {
             tool_calls: None,
             tool_call_id: None,
             reasoning_content: None,
+            finish_reason: None,
+            usage: None,
         }
     }
 
@@ -257,11 +267,25 @@ fn body_entry<M: serde::ser::SerializeMap, T: serde::Serialize + ?Sized>(
 }
 
 /// The parts of a chat-completion response the agent loop reads.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct ChatResponse {
     /// Choices; may be empty on misbehaving servers.
     #[serde(default)]
     pub choices: Vec<Choice>,
+    /// Token counts the server reports, when it does.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+}
+
+/// A response's `usage`: the tokens of its prompt and of its completion (all choices).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Tokens generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
 }
 
 /// One choice of a response.

@@ -147,7 +147,11 @@ pub(crate) async fn run_evaluate<A: EnvAccess>(
     );
     metrics.insert("eval/num_samples".into(), n);
     metrics.insert("eval/evaluation_time_seconds".into(), took.as_secs_f64());
-    for kind in FailureKind::ALL {
+    // Evaluation makes no trainer tokens, so it has no tokenization failures to count.
+    for kind in FailureKind::ALL
+        .into_iter()
+        .filter(|&k| k != FailureKind::Tokenization)
+    {
         metrics.insert(
             format!("eval/rollout_failures_{}", kind.as_str()),
             items_failed.get(kind) as f64,

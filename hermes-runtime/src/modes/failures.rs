@@ -1,6 +1,6 @@
 //! The failures file (`<name>.failures.jsonl` next to the groups JSONL): one line per item
 //! that produced no training data because a rollout kept failing for a reason that is not
-//! the model's (LLM, sandbox, verifier), with the error chain — counted, never trained on.
+//! the model's (LLM, sandbox, verifier, trainer-token rendering), with the error chain — counted, never trained on.
 
 use std::path::{Path, PathBuf};
 

@@ -125,6 +125,7 @@ main{padding:0 1.2rem}
 .assistant{background:#ffe;border-color:#cc8}.tool{background:#f3f3f3;border-color:#999}
 .call{background:#fff6ee;border:1px solid #e8c8a8;border-radius:4px;padding:.2rem .5rem;margin:.3rem 0}
 .call-name{font-family:ui-monospace,monospace;color:#a40;font-weight:bold}
+.gen{font-size:.75rem;color:#666}
 details summary{cursor:pointer;font-size:.8rem;color:#555}
 #more{display:block;margin:1rem auto;padding:.4rem 1.2rem}
 footer{color:#666;font-size:.8rem;padding:0 1.2rem 2rem}
@@ -193,7 +194,21 @@ const SCRIPT: &str = r##"
       call.appendChild(el("pre", null, pretty(f.arguments === undefined ? "" : f.arguments)));
       box.appendChild(call);
     });
+    var gen = generation(m);
+    if (gen) box.appendChild(el("div", m.finish_reason === "length" ? "gen warn" : "gen", gen));
     return box;
+  }
+
+  // How an assistant turn's generation ended and its token counts, one line.
+  function generation(m) {
+    var parts = [];
+    if (typeof m.finish_reason === "string") {
+      parts.push(m.finish_reason === "length" ? "cut at max_tokens (finish_reason length)" : "finish_reason " + m.finish_reason);
+    }
+    var u = m.usage || {};
+    if (typeof u.prompt_tokens === "number") parts.push(u.prompt_tokens + " prompt tokens");
+    if (typeof u.completion_tokens === "number") parts.push(u.completion_tokens + " completion tokens");
+    return parts.join(" \u00b7 ");
   }
 
   function renderGroup(i) {

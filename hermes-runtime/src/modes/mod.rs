@@ -10,6 +10,7 @@ pub mod process;
 pub mod report;
 pub mod rollout;
 pub mod serve;
+pub(crate) mod trainer_tokens;
 
 pub(crate) use evaluate::{write_evaluate_config, EvalSummary};
 pub use rollout::{collect_group, run_rollout, Runtime, TokenSource};

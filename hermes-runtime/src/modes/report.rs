@@ -152,6 +152,7 @@ mod tests {
                 sandbox: 1,
                 verifier: 0,
                 tampered: 1,
+                ..Default::default()
             },
             items_failed: FailureCounts {
                 llm: 1,

@@ -14,17 +14,19 @@ use tracing::{info_span, warn, Instrument};
 
 use super::agent_clock::{within_budget, AgentClock, Metered};
 use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings, Ending};
-use crate::atropos::tokenize::tokenize_for_trainer;
-use crate::atropos::{placeholder_tokens, ScoredDataGroup, ScoredItem};
+use crate::atropos::tokenize::CutTurns;
+use crate::atropos::{ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
-use crate::llm::managed::{NodeList, MASKED};
-use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split, ToolSchema};
+use crate::llm::managed::NodeList;
+use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
 use crate::sandbox::tripwire::{self, Armed};
 use crate::sandbox::{SandboxProvider, SandboxSpec, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
+
+use super::trainer_tokens::{trainer_tokens, TrainerTokens};
 
 /// Shared services of one run. Built with [`Runtime::builder`]; modes read the config and
 /// the inference client through [`Runtime::config`] and [`Runtime::llm`].
@@ -296,11 +298,39 @@ pub(crate) async fn run_rollout_with<A: EnvAccess>(
     run_attempt(env, rt, item, split, tools).await.rollout
 }
 
-/// One rollout attempt: the scored rollout and, in Phase 2, the exact token state of its
-/// conversation (what the trainer gets).
+/// One rollout attempt: the scored rollout, in Phase 2 the exact token state of its
+/// conversation, and (for training) what the trainer gets.
 struct Attempt<I> {
     rollout: ScoredRollout<I>,
     nodes: Option<NodeList>,
+    trained: Option<TrainerTokens>,
+}
+
+impl<I> Attempt<I> {
+    /// Adds the trainer tokens of a rollout that is training data; when they cannot be
+    /// rendered the rollout becomes a `tokenization` failure (reward 0, retried and counted
+    /// like any failure that is not the model's).
+    fn with_trainer_tokens(mut self, rt: &Runtime, tools: &ToolSet) -> Self {
+        if !self.rollout.outcome.is_training_data() {
+            return self;
+        }
+        let schemas = tools.schemas();
+        let cut_rule = match rt.config.mask_truncated_turns {
+            true => CutTurns::Masked,
+            false => CutTurns::AsGenerated,
+        };
+        let run = &self.rollout.run;
+        match trainer_tokens(&rt.tokens, run, &schemas, self.nodes.as_ref(), cut_rule) {
+            Ok(t) => self.trained = Some(t),
+            Err(e) => {
+                self.rollout.reward = 0.0;
+                self.rollout.outcome = RewardOutcome::TokenizationFailure {
+                    message: crate::diagnostics::error_chain(&e),
+                };
+            }
+        }
+        self
+    }
 }
 
 async fn run_attempt<A: EnvAccess>(
@@ -351,6 +381,7 @@ async fn run_attempt<A: EnvAccess>(
                 outcome,
             },
             nodes,
+            trained: None,
         }
     }
     .instrument(span)
@@ -575,6 +606,7 @@ async fn score<E: Environment>(
 
 /// Runs one rollout, re-running it while it fails for a reason that is not the model's, up
 /// to `max_rollout_retries` times (fewer once `abandon` is set: its group has failed anyway).
+/// With `for_trainer`, a rollout whose trainer tokens cannot be made is such a failure.
 /// Returns the last attempt and the failures met on the way.
 async fn run_rollout_retrying<A: EnvAccess>(
     env: &A,
@@ -583,12 +615,16 @@ async fn run_rollout_retrying<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
     abandon: &AtomicBool,
+    for_trainer: bool,
 ) -> (Attempt<<A::Env as Environment>::Item>, FailureCounts) {
     let attempts = rt.config.max_rollout_retries.max(0) as usize + 1;
     let mut failures = FailureCounts::default();
     let mut attempt = 1;
     loop {
-        let run = run_attempt(env, rt, item, split, tools).await;
+        let mut run = run_attempt(env, rt, item, split, tools).await;
+        if for_trainer {
+            run = run.with_trainer_tokens(rt, tools);
+        }
         let rollout = &run.rollout;
         let Some(kind) = rollout.outcome.failure() else {
             return (run, failures);
@@ -626,7 +662,7 @@ pub(crate) async fn run_rollout_with_retries<A: EnvAccess>(
 ) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
     let tools = rt.group_tools();
     let (attempt, failures) =
-        run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false)).await;
+        run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false), false).await;
     (attempt.rollout, failures)
 }
 
@@ -666,7 +702,7 @@ pub async fn collect_group<A: EnvAccess>(
     let abandon = AtomicBool::new(false);
     let slots = futures::future::join_all((0..size).map(|_| async {
         let (attempt, failures) =
-            run_rollout_retrying(env, rt, &item, Split::Train, &tools, &abandon).await;
+            run_rollout_retrying(env, rt, &item, Split::Train, &tools, &abandon, true).await;
         if !attempt.rollout.outcome.is_training_data() {
             abandon.store(true, Ordering::Relaxed);
         }
@@ -676,9 +712,13 @@ pub async fn collect_group<A: EnvAccess>(
     let mut failures = FailureCounts::default();
     let mut failed = None;
     let mut rollouts = Vec::with_capacity(size);
-    let mut nodes = Vec::with_capacity(size);
-    for (Attempt { rollout, nodes: n }, f) in slots {
-        nodes.push(n);
+    let mut trained = Vec::with_capacity(size);
+    for (attempt, f) in slots {
+        let Attempt {
+            rollout,
+            trained: t,
+            ..
+        } = attempt;
         failures.merge(&f);
         // The item is recorded with the rollout that used up its re-runs (the others may have
         // stopped early once the group had failed).
@@ -692,24 +732,24 @@ pub async fn collect_group<A: EnvAccess>(
                 attempts: f.total(),
             });
         }
+        trained.push(t);
         rollouts.push(rollout);
     }
     let result = match failed {
         Some(failed) => Err(failed),
         None => {
-            let schemas = tools.schemas();
             let items = rollouts
                 .iter()
-                .zip(&nodes)
-                .map(|(r, nodes)| {
-                    let (tokens, masks, inference_logprobs) =
-                        trainer_tokens(&rt.tokens, &r.run, &schemas, nodes.as_ref());
+                .zip(trained)
+                .map(|(r, t)| {
+                    // Every rollout here is training data, whose tokens were made with it.
+                    let t = t.expect("a training rollout carries its trainer tokens");
                     ScoredItem {
-                        tokens,
-                        masks,
+                        tokens: t.tokens,
+                        masks: t.masks,
                         score: r.reward,
-                        messages: r.run.messages.clone(),
-                        inference_logprobs,
+                        messages: r.run.annotated_messages(),
+                        inference_logprobs: t.inference_logprobs,
                     }
                 })
                 .collect();
@@ -723,61 +763,6 @@ pub async fn collect_group<A: EnvAccess>(
         result,
         rollouts,
         failures,
-    }
-}
-
-/// Tokens, masks and (Phase 2, from the rollout's token state `nodes`) sampler logprobs of
-/// one finished rollout.
-fn trainer_tokens(
-    source: &TokenSource,
-    run: &AgentResult,
-    tools: &Arc<[ToolSchema]>,
-    nodes: Option<&NodeList>,
-) -> (Vec<i64>, Vec<i64>, Option<Vec<f64>>) {
-    match source {
-        TokenSource::Placeholder => {
-            let (t, m) = placeholder_tokens(&run.messages);
-            (t, m, None)
-        }
-        TokenSource::Retokenized(tok) => {
-            match tokenize_for_trainer(tok, &run.messages, tools, true, "") {
-                Ok(t) => (t.tokens, t.masks, None),
-                Err(e) => {
-                    warn!("cannot tokenize the rollout for the trainer: {e}; using placeholder tokens");
-                    let (t, m) = placeholder_tokens(&run.messages);
-                    (t, m, None)
-                }
-            }
-        }
-        TokenSource::Managed(phase2) => {
-            if let Some(node) = nodes.and_then(NodeList::last) {
-                let tokens = node.tokens.iter().map(|&t| i64::from(t)).collect();
-                return (
-                    tokens,
-                    node.masked_tokens.clone(),
-                    Some(node.logprobs.clone()),
-                );
-            }
-            // No generation happened (the first call failed): the prompt alone, untrained.
-            let messages: Vec<serde_json::Value> = run
-                .messages
-                .iter()
-                .map(|m| serde_json::to_value(m).expect("messages serialise"))
-                .collect();
-            let tools: Vec<serde_json::Value> = tools
-                .iter()
-                .map(|t| serde_json::to_value(t).expect("tools serialise"))
-                .collect();
-            let tools = (!tools.is_empty()).then_some(tools.as_slice());
-            let ids = phase2
-                .tokenizer
-                .render(&messages, tools, true)
-                .and_then(|text| phase2.tokenizer.encode_rendered(&text))
-                .unwrap_or_default();
-            let tokens: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
-            let n = tokens.len();
-            (tokens, vec![MASKED; n], Some(vec![1.0; n]))
-        }
     }
 }
 

@@ -123,6 +123,7 @@ pub fn outcome_kind(outcome: &RewardOutcome) -> &'static str {
         RewardOutcome::VerifierFailure { .. } => "verifier_failure",
         RewardOutcome::Tampered { .. } => "tampered",
         RewardOutcome::ContextExceeded { .. } => "context_exceeded",
+        RewardOutcome::TokenizationFailure { .. } => "tokenization_failure",
     }
 }
 

@@ -589,6 +589,9 @@ impl CheckedItem {
                 RewardOutcome::ContextExceeded { message } => {
                     format!("context exceeded: {message}")
                 }
+                RewardOutcome::TokenizationFailure { message } => {
+                    format!("tokenization failure: {message}")
+                }
             };
             let llm_failed = matches!(self.outcome, RewardOutcome::LlmFailure { .. });
             if let Some(e) = self.llm_error.as_ref().filter(|_| !llm_failed) {
