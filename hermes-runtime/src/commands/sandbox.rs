@@ -80,10 +80,11 @@ fn hosts<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<Vec<Option<St
         .flatten()
         .cloned()
         .collect();
-    let flags = matches
-        .subcommand()
-        .map(|(_, sub)| super::process_flags(sub))
-        .unwrap_or_default();
+    // `list` and `reap` take the run's flags; the hidden `watch` has none.
+    let flags = match matches.subcommand() {
+        Some(("list" | "reap", sub)) => super::process_flags(sub),
+        _ => Vec::new(),
+    };
     if flags.is_empty() {
         return Ok(match given.is_empty() {
             true => vec![None],
