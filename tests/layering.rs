@@ -31,6 +31,7 @@ const STACK: &[&str] = &[
     "dotenv",
     "diagnostics",
     "tls",
+    "math",
     "config",
 ];
 
