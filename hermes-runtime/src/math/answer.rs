@@ -4,7 +4,7 @@
 use super::expr::{self, Expr, Value};
 use super::latex::normalize;
 use super::rational::Rational;
-use super::token::{tokenize, Token};
+use super::token::{tokenize, Rel, Token};
 
 #[derive(Debug)]
 pub(crate) enum Answer {
@@ -24,6 +24,12 @@ pub(crate) enum Answer {
         items: Vec<Expr>,
         ordered: bool,
     },
+    /// An equation that is not an assignment (`2x + z = 1`) or an inequality (`x \\geq 5`).
+    Relation {
+        lhs: Expr,
+        rel: Option<Rel>,
+        rhs: Expr,
+    },
     /// What no parse accepts, compared as lower-case text without spaces.
     Text(String),
 }
@@ -36,18 +42,57 @@ pub(crate) fn read(raw: &str) -> Answer {
     while tokens.len() > 1 && matches!(tokens.last(), Some(Token::Word(_))) {
         tokens.pop();
     }
-    // Of an equation `x = 3`, or a chain `a = b = 3`, the last side is the answer.
-    if let Some(eq) = top_level(&tokens, &Token::Eq).last() {
-        tokens.drain(..=*eq);
+    let relations = top_level_relations(&tokens);
+    let answer = match relations.as_slice() {
+        [] => shaped(&tokens, n.percent),
+        // An assignment `x = 3`, or a chain `x = 2 + 1 = 3`: the last side is the answer.
+        [first, .., last]
+            if matches!(tokens[..*first], [Token::Var(_)])
+                && relations.iter().all(|&i| tokens[i] == Token::Eq) =>
+        {
+            shaped(&tokens[last + 1..], n.percent)
+        }
+        [only] => relation(&tokens, *only, *only),
+        [first, .., last] if relations.iter().all(|&i| tokens[i] == Token::Eq) => {
+            relation(&tokens, *first, *last)
+        }
+        _ => None,
+    };
+    answer.unwrap_or_else(|| Answer::Text(text_key(&n.text)))
+}
+
+/// `lhs op rhs`, where `lhs` ends before `first` and `rhs` starts after `last`.
+fn relation(tokens: &[Token], first: usize, last: usize) -> Option<Answer> {
+    Some(Answer::Relation {
+        lhs: expr::parse(&tokens[..first])?,
+        rel: match &tokens[first] {
+            Token::Rel(r) => Some(*r),
+            _ => None,
+        },
+        rhs: expr::parse(&tokens[last + 1..])?,
+    })
+}
+
+fn top_level_relations(tokens: &[Token]) -> Vec<usize> {
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        if opens(t) {
+            depth += 1;
+        } else if closes(t) {
+            depth = depth.saturating_sub(1);
+        } else if depth == 0 && matches!(t, Token::Eq | Token::Rel(_)) {
+            out.push(i);
+        }
     }
-    shaped(&tokens, n.percent).unwrap_or_else(|| Answer::Text(text_key(&n.text)))
+    out
 }
 
 fn text_key(text: &str) -> String {
     let words = text
         .replace("\\text", "")
         .replace("\\mathrm", "")
-        .replace(['{', '}', '\\'], "");
+        .replace(['{', '}', '\\', '(', ')'], "");
     words
         .chars()
         .filter(|c| !c.is_whitespace())
@@ -59,14 +104,20 @@ fn shaped(tokens: &[Token], percent: bool) -> Option<Answer> {
     let commas = top_level(tokens, &Token::Comma);
     let (first, last) = (tokens.first()?, tokens.last()?);
     let bracketed = tokens.len() > 2 && matching_close(tokens) == Some(tokens.len() - 1);
+    let inner = if bracketed {
+        &tokens[1..tokens.len() - 1]
+    } else {
+        &[]
+    };
     if bracketed && *first == Token::SetOpen {
         return Some(Answer::List {
-            items: items(&tokens[1..tokens.len() - 1])?,
+            items: items(inner)?,
             ordered: false,
         });
     }
-    if bracketed && !commas.is_empty() && matches!(first, Token::LParen | Token::LBrack) {
-        let mut items = items(&tokens[1..tokens.len() - 1])?;
+    let listed = !top_level(inner, &Token::Comma).is_empty();
+    if bracketed && listed && matches!(first, Token::LParen | Token::LBrack) {
+        let mut items = items(inner)?;
         if items.len() == 2 && matches!(last, Token::RParen | Token::RBrack) {
             let hi = items.pop()?;
             let lo = items.pop()?;
@@ -223,9 +274,65 @@ pub(crate) fn same(gold: &Answer, answer: &Answer) -> bool {
                     same_multiset(g, a)
                 }
         }
+        (
+            Relation { lhs, rel, rhs },
+            Relation {
+                lhs: l2,
+                rel: r2,
+                rhs: h2,
+            },
+        ) => same_relation((lhs, *rel, rhs), (l2, *r2, h2)),
+        // A reply's equation answers a plain gold value by its last side.
+        (Value { expr, percent }, Relation { rel: None, rhs, .. }) => {
+            same_value(expr, *percent, rhs, false)
+        }
         (Text(g), Text(a)) => !g.is_empty() && g == a,
         _ => false,
     }
+}
+
+/// The relation as `difference op 0` with `op` one of `=`, `≠`, `<`, `≤`.
+fn to_zero(lhs: &Expr, rel: Option<Rel>, rhs: &Expr) -> (Expr, Option<Rel>) {
+    let minus = |a: &Expr, b: &Expr| {
+        Expr::Add(
+            Box::new(a.clone()),
+            Box::new(Expr::Neg(Box::new(b.clone()))),
+        )
+    };
+    match rel {
+        Some(Rel::Gt) => (minus(rhs, lhs), Some(Rel::Lt)),
+        Some(Rel::Ge) => (minus(rhs, lhs), Some(Rel::Le)),
+        _ => (minus(lhs, rhs), rel),
+    }
+}
+
+/// Two relations say the same when, brought to `d op 0`, they have the same `op` and one `d`
+/// is a constant multiple of the other — positive for an inequality, so `x < 1` is `-x > -1`
+/// and `x^2/4 + y^2/3 = 1` is `x^2/16 + y^2/12 = 1/4`.
+fn same_relation(gold: (&Expr, Option<Rel>, &Expr), answer: (&Expr, Option<Rel>, &Expr)) -> bool {
+    let (g, g_rel) = to_zero(gold.0, gold.1, gold.2);
+    let (a, a_rel) = to_zero(answer.0, answer.1, answer.2);
+    if g_rel != a_rel {
+        return false;
+    }
+    let mut vars = Vec::new();
+    g.variables(&mut vars);
+    a.variables(&mut vars);
+    let values: Vec<(f64, f64)> = (0..3)
+        .map(|point| {
+            let bind = |name: &str| sample(name, point);
+            (g.eval(&bind).to_f64(), a.eval(&bind).to_f64())
+        })
+        .collect();
+    let Some(&(gv, av)) = values.iter().find(|(_, av)| av.abs() > 1e-12) else {
+        return values.iter().all(|(gv, _)| gv.abs() <= 1e-12);
+    };
+    let factor = gv / av;
+    let sign_ok = factor > 0.0 || matches!(g_rel, None | Some(Rel::Ne));
+    factor.is_finite()
+        && factor != 0.0
+        && sign_ok
+        && values.iter().all(|&(gv, av)| close(gv, factor * av))
 }
 
 fn same_multiset(gold: &[Expr], answer: &[Expr]) -> bool {

@@ -35,6 +35,9 @@ pub(crate) enum Func {
     Tan,
     Ln,
     Exp,
+    Sec,
+    Csc,
+    Cot,
 }
 
 /// A value: exact when it can be.
@@ -137,6 +140,9 @@ impl Expr {
                     Func::Tan => x.tan(),
                     Func::Ln => x.ln(),
                     Func::Exp => x.exp(),
+                    Func::Sec => 1.0 / x.cos(),
+                    Func::Csc => 1.0 / x.sin(),
+                    Func::Cot => 1.0 / x.tan(),
                 })
             }
         }
@@ -298,15 +304,28 @@ impl Parser<'_> {
                 };
                 Expr::Root(Box::new(index), Box::new(self.argument()?))
             }
-            "sin" | "cos" | "tan" | "ln" | "log" | "exp" => {
+            "sin" | "cos" | "tan" | "sec" | "csc" | "cot" | "ln" | "log" | "exp" => {
                 let f = match name {
                     "sin" => Func::Sin,
                     "cos" => Func::Cos,
                     "tan" => Func::Tan,
+                    "sec" => Func::Sec,
+                    "csc" => Func::Csc,
+                    "cot" => Func::Cot,
                     "exp" => Func::Exp,
                     _ => Func::Ln,
                 };
-                Expr::Func(f, Box::new(self.power()?))
+                // `\tan^2(y)` is `(\tan y)^2`.
+                let exponent = if self.eat(&Token::Caret) {
+                    Some(self.primary()?)
+                } else {
+                    None
+                };
+                let applied = Expr::Func(f, Box::new(self.power()?));
+                match exponent {
+                    Some(e) => Expr::Pow(Box::new(applied), Box::new(e)),
+                    None => applied,
+                }
             }
             _ => return None,
         })

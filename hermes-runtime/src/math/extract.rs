@@ -18,6 +18,9 @@ pub fn extract_answer(text: &str) -> Option<String> {
         return Some(boxed.trim().to_string());
     }
     let candidates = candidates(text);
+    if let Some(found) = final_answer_is(text, &candidates) {
+        return Some(found);
+    }
     if let Some(found) = after_answer_word(text, &candidates) {
         return Some(found);
     }
@@ -60,6 +63,33 @@ pub(crate) fn last_boxed(text: &str) -> Option<&str> {
             }
         }
         None
+    })
+}
+
+/// "The final answer is X" (math-verify lets up to 100 characters sit between "final answer"
+/// and "is"): the candidate right after the "is".
+fn final_answer_is(text: &str, candidates: &[Span]) -> Option<String> {
+    let lower = text.to_ascii_lowercase();
+    let mut phrases: Vec<usize> = lower
+        .match_indices("final answer")
+        .map(|(i, w)| i + w.len())
+        .collect();
+    phrases.reverse();
+    phrases.into_iter().find_map(|after| {
+        let window: String = lower[after..].chars().take(100 + 3).collect();
+        let is = window.find(" is")? + 3;
+        let value_at = after + is;
+        let gap = |s: &Span| {
+            s.start >= value_at
+                && text[value_at..s.start]
+                    .trim_start_matches([':', ' '])
+                    .is_empty()
+        };
+        candidates
+            .iter()
+            .filter(|s| gap(s))
+            .min_by_key(|s| s.start)
+            .map(|s| s.text.clone())
     })
 }
 
@@ -191,6 +221,14 @@ mod tests {
         assert_eq!(
             extract_answer("The answer is $12$. Check: 3 * 4 = 12 and 5.").as_deref(),
             Some("12")
+        );
+    }
+
+    #[test]
+    fn the_final_answer_is_what_follows_is() {
+        assert_eq!(
+            extract_answer("Final Answer: The largest $n$ is 34.").as_deref(),
+            Some("34")
         );
     }
 

@@ -26,6 +26,7 @@ const ERASE: &[&str] = &[
     "\\degree",
     "°",
     "{,}",
+    "{, }",
     "\\!",
     "\\,",
     "\\;",
@@ -64,7 +65,10 @@ pub(crate) fn normalize(raw: &str) -> Normalized {
     if let Some(inner) = crate::math::extract::last_boxed(&s) {
         s = inner.to_string();
     }
-    s = s.replace('$', "");
+    s = s
+        .replace('$', "")
+        .replace(",\\! ", ",")
+        .replace(",\\!", ",");
     for pattern in ERASE {
         s = s.replace(pattern, "");
     }
@@ -93,8 +97,9 @@ pub(crate) fn normalize(raw: &str) -> Normalized {
         }
     }
     let s = s.trim();
-    let text = if is_grouped_thousands(s) {
-        s.replace(',', "")
+    let spaced = s.replace(' ', ",");
+    let text = if is_grouped_thousands(s) || (!s.contains(',') && is_grouped_thousands(&spaced)) {
+        spaced.replace(',', "")
     } else {
         braced_short_arguments(s)
     };
@@ -192,6 +197,8 @@ mod tests {
     fn thousands_separators_go_but_lists_stay() {
         assert_eq!(norm("7,425,000"), "7425000");
         assert_eq!(norm("1,2"), "1,2");
+        assert_eq!(norm("1 000"), "1000");
+        assert_eq!(norm("11,\\! 111,\\! 100"), "11111100");
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod rational;
 mod token;
 
 pub use extract::extract_answer;
+use token::is_unit;
 
 /// Whether `answer` (a model's reply, or just an answer) gives the same answer as `gold`.
 ///
@@ -39,10 +40,15 @@ fn final_answer(text: &str) -> Option<String> {
     }
 }
 
-/// One line with no prose in it: no run of three letters outside a LaTeX command.
+/// One line with no prose in it: no word of letters but a unit, and no run of three letters
+/// outside a LaTeX command.
 fn is_bare(text: &str) -> bool {
     let text = text.trim();
     if text.is_empty() || text.contains('\n') || text.contains("####") {
+        return false;
+    }
+    let prose = |w: &str| w.len() > 1 && w.chars().all(|c| c.is_ascii_alphabetic()) && !is_unit(w);
+    if text.split_whitespace().any(prose) {
         return false;
     }
     let mut run = 0;

@@ -69,6 +69,10 @@ fn roots_pi_and_polynomials() {
 
 #[test]
 fn intervals_keep_their_ends() {
+    assert!(matches!(
+        answer::read("$(0, 1]$"),
+        answer::Answer::Interval { .. }
+    ));
     yes("$[0,1)$", "$[0,1)$");
     no("$[0,9)$", "$[0,1)$");
     no("$(0,9)$", "$[0,9)$");
@@ -77,6 +81,14 @@ fn intervals_keep_their_ends() {
 
 #[test]
 fn sets_ignore_order_and_tuples_keep_it() {
+    assert!(matches!(
+        answer::read("\\{1, 2\\}"),
+        answer::Answer::List { ordered: false, .. }
+    ));
+    assert!(matches!(
+        answer::read("(1, 2, 3)"),
+        answer::Answer::List { ordered: true, .. }
+    ));
     yes("$\\{1,2\\}$", "$\\{2,1\\}$");
     yes("$1,2$", "$2,1$");
     yes(
@@ -85,6 +97,30 @@ fn sets_ignore_order_and_tuples_keep_it() {
     );
     no("$(1,2)$", "$(2,1)$");
     no("$1,2$", "$1,2,3$");
+}
+
+#[test]
+fn relations_match_when_equivalent() {
+    yes("$x >= 5$", "Therefore $x \\geq 5$ is the solution.");
+    yes("$x < 1$", "$-x > -1$");
+    yes("$x \\leq 5$", "$5 \\geq x$");
+    yes("$x^2/4 + y^2/3 = 1$", "$x^2/16 + y^2/12 = 1/4$");
+    yes("$11$", "$x\\approx11$");
+    no("$x < 1$", "$x > 1$");
+    no("$x < 1$", "$x \\leq 1$");
+    // Only an assignment's value stands alone, as in math-verify.
+    no("$a + 3z = 0$", "$0$");
+    yes("$11a + c$", "$7 = 11a+c$");
+}
+
+#[test]
+fn trigonometric_identities_hold_numerically() {
+    yes("$\\tan^2(y)+1$", "$\\sec^2(y)$");
+}
+
+#[test]
+fn tuples_compare_exactly() {
+    yes("$(1,\\frac{9}{2})$", "$(1,4.5)$");
 }
 
 #[test]

@@ -31,7 +31,32 @@ pub(crate) enum Token {
     Caret,
     Comma,
     Eq,
+    /// An inequality sign (`<`, `\\leq`, `\\neq`, …).
+    Rel(Rel),
     Other(char),
+}
+
+/// The relations other than `=` an answer may state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Rel {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Ne,
+}
+
+/// LaTeX spellings of the relations; `\approx` reads as `=`, as math-verify has it.
+fn relation_command(name: &str) -> Option<Token> {
+    Some(match name {
+        "lt" => Token::Rel(Rel::Lt),
+        "le" | "leq" | "leqslant" => Token::Rel(Rel::Le),
+        "gt" => Token::Rel(Rel::Gt),
+        "ge" | "geq" | "geqslant" => Token::Rel(Rel::Ge),
+        "ne" | "neq" => Token::Rel(Rel::Ne),
+        "approx" => Token::Eq,
+        _ => return None,
+    })
 }
 
 /// Commands whose braced argument is prose (a word, a unit, a name), not math.
@@ -42,6 +67,7 @@ const TEXT_COMMANDS: &[&str] = &[
     "mathrm",
     "mathbf",
     "mathit",
+    "textnormal",
     "mbox",
     "operatorname",
 ];
@@ -58,6 +84,11 @@ const UNITS: &[&str] = &[
     "units", "unit", "dollars", "dollar", "cents", "degrees", "degree", "meters", "feet", "inches",
     "miles", "hours", "minutes", "seconds", "days", "years", "sq", "mph", "square",
 ];
+
+/// Whether `word` is a unit of measure (`cm`, `dollars`), which an answer may trail.
+pub(crate) fn is_unit(word: &str) -> bool {
+    UNITS.contains(&word.to_ascii_lowercase().as_str())
+}
 
 pub(crate) fn tokenize(s: &str) -> Vec<Token> {
     let chars: Vec<char> = s.chars().collect();
@@ -103,7 +134,7 @@ pub(crate) fn tokenize(s: &str) -> Vec<Token> {
                     i += 1;
                 }
                 let word: String = chars[start..i].iter().collect();
-                if word.len() > 1 && UNITS.contains(&word.to_ascii_lowercase().as_str()) {
+                if word.len() > 1 && is_unit(&word) {
                     Token::Word(word)
                 } else {
                     for letter in word.chars() {
@@ -151,7 +182,7 @@ pub(crate) fn tokenize(s: &str) -> Vec<Token> {
                         }
                     }
                     n if VARIABLE_COMMANDS.contains(&n) => Token::Var(name),
-                    _ => Token::Cmd(name),
+                    n => relation_command(n).unwrap_or(Token::Cmd(name)),
                 }
             }
             '(' => Token::LParen,
@@ -167,6 +198,21 @@ pub(crate) fn tokenize(s: &str) -> Vec<Token> {
             '^' => Token::Caret,
             ',' => Token::Comma,
             '=' => Token::Eq,
+            '<' | '>' | '!' | '≤' | '≥' | '≠' => {
+                let or_equal = chars.get(i) == Some(&'=');
+                i += usize::from(or_equal);
+                Token::Rel(match (c, or_equal) {
+                    ('<', false) => Rel::Lt,
+                    ('<', true) | ('≤', _) => Rel::Le,
+                    ('>', false) => Rel::Gt,
+                    ('>', true) | ('≥', _) => Rel::Ge,
+                    ('!', false) => {
+                        out.push(Token::Other('!'));
+                        continue;
+                    }
+                    _ => Rel::Ne,
+                })
+            }
             other => Token::Other(other),
         };
         out.push(token);
