@@ -43,20 +43,19 @@ pub(crate) fn read(raw: &str) -> Answer {
         tokens.pop();
     }
     let relations = top_level_relations(&tokens);
-    let answer = match relations.as_slice() {
-        [] => shaped(&tokens, n.percent),
-        // An assignment `x = 3`, or a chain `x = 2 + 1 = 3`: the last side is the answer.
-        [first, .., last]
-            if matches!(tokens[..*first], [Token::Var(_)])
-                && relations.iter().all(|&i| tokens[i] == Token::Eq) =>
-        {
-            shaped(&tokens[last + 1..], n.percent)
+    let all_equal = relations.iter().all(|&i| tokens[i] == Token::Eq);
+    let answer = match (relations.first(), relations.last()) {
+        (Some(&first), Some(&last)) => {
+            if all_equal && matches!(tokens[..first], [Token::Var(_)]) {
+                // An assignment `x = 3`, or a chain `x = 2 + 1 = 3`: the last side answers.
+                shaped(&tokens[last + 1..], n.percent)
+            } else if all_equal || first == last {
+                relation(&tokens, first, last)
+            } else {
+                None
+            }
         }
-        [only] => relation(&tokens, *only, *only),
-        [first, .., last] if relations.iter().all(|&i| tokens[i] == Token::Eq) => {
-            relation(&tokens, *first, *last)
-        }
-        _ => None,
+        _ => shaped(&tokens, n.percent),
     };
     answer.unwrap_or_else(|| Answer::Text(text_key(&n.text)))
 }
@@ -287,6 +286,19 @@ pub(crate) fn same(gold: &Answer, answer: &Answer) -> bool {
             same_value(expr, *percent, rhs, false)
         }
         (Text(g), Text(a)) => !g.is_empty() && g == a,
+        // `\\text{C}` reads as the variable C, `\\text{(C)}` as text.
+        (
+            Value {
+                expr: Expr::Var(v), ..
+            },
+            Text(t),
+        )
+        | (
+            Text(t),
+            Value {
+                expr: Expr::Var(v), ..
+            },
+        ) => v.to_lowercase() == *t,
         _ => false,
     }
 }

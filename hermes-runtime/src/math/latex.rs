@@ -61,6 +61,7 @@ const PERCENT_WORDS: &[&str] = &["percentage", "percent", "pct", "%"];
 
 /// Cleans `raw` (an extracted answer) for the tokeniser.
 pub(crate) fn normalize(raw: &str) -> Normalized {
+    let delimited = raw.contains(['$', '\\']);
     let mut s = unwrap_math(raw.trim()).to_string();
     if let Some(inner) = crate::math::extract::last_boxed(&s) {
         s = inner.to_string();
@@ -69,6 +70,11 @@ pub(crate) fn normalize(raw: &str) -> Normalized {
         .replace('$', "")
         .replace(",\\! ", ",")
         .replace(",\\!", ",");
+    s = single_backslashes(&s);
+    // `x = 1/3 \approx 0.33`: the exact value is the answer, the approximation an aside.
+    if let Some((exact, _)) = s.split_once("\\approx").filter(|(e, _)| e.contains('=')) {
+        s = exact.to_string();
+    }
     for pattern in ERASE {
         s = s.replace(pattern, "");
     }
@@ -98,7 +104,9 @@ pub(crate) fn normalize(raw: &str) -> Normalized {
     }
     let s = s.trim();
     let spaced = s.replace(' ', ",");
-    let text = if is_grouped_thousands(s) || (!s.contains(',') && is_grouped_thousands(&spaced)) {
+    let text = if !delimited && is_decimal_comma(s) {
+        s.replace(',', ".")
+    } else if is_grouped_thousands(s) || (!s.contains(',') && is_grouped_thousands(&spaced)) {
         spaced.replace(',', "")
     } else {
         braced_short_arguments(s)
@@ -116,6 +124,36 @@ fn unwrap_math(s: &str) -> &str {
     s
 }
 
+/// `\\\\frac` (a doubled backslash, as in an escaped string) → `\\frac`.
+fn single_backslashes(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let doubled = c == '\\'
+            && chars.peek() == Some(&'\\')
+            && chars
+                .clone()
+                .nth(1)
+                .is_some_and(|n| n.is_ascii_alphabetic());
+        if !doubled {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `1000,99` or `0,111` outside LaTeX: a decimal comma (math-verify reads plain text so),
+/// unless the commas group thousands.
+fn is_decimal_comma(s: &str) -> bool {
+    let s = s.strip_prefix('-').unwrap_or(s);
+    s.split_once(',').is_some_and(|(int, frac)| {
+        !int.is_empty()
+            && !frac.is_empty()
+            && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+            && !is_grouped_thousands(s)
+    })
+}
+
 /// `1,234` or `-12,345,678.9`: commas every three digits, which are not a list.
 fn is_grouped_thousands(s: &str) -> bool {
     let s = s.strip_prefix('-').unwrap_or(s);
@@ -124,6 +162,7 @@ fn is_grouped_thousands(s: &str) -> bool {
     groups.len() > 1
         && frac.bytes().all(|b| b.is_ascii_digit())
         && (1..=3).contains(&groups[0].len())
+        && !groups[0].starts_with('0')
         && groups[1..].iter().all(|g| g.len() == 3)
         && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_digit()))
 }
@@ -196,8 +235,12 @@ mod tests {
     #[test]
     fn thousands_separators_go_but_lists_stay() {
         assert_eq!(norm("7,425,000"), "7425000");
-        assert_eq!(norm("1,2"), "1,2");
+        assert_eq!(norm("$1,2$"), "1,2");
         assert_eq!(norm("1 000"), "1000");
+        assert_eq!(norm("1000,99"), "1000.99");
+        assert_eq!(norm("0,111"), "0.111");
+        assert_eq!(norm("$1,22$"), "1,22");
+        assert_eq!(norm("\\\\frac{1}{2}"), "\\frac{1}{2}");
         assert_eq!(norm("11,\\! 111,\\! 100"), "11111100");
     }
 
