@@ -102,15 +102,27 @@ fn agrees_with_math_verify_on_its_own_cases() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/math_verify/cases.jsonl"),
     )
     .expect("read tests/math_verify/cases.jsonl");
-    let cases: Vec<Case> = text
+    let rows: Vec<Value> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a case line");
-            case(v["gold"].as_str().unwrap(), v["pred"].as_str().unwrap())
-        })
+        .map(|l| serde_json::from_str(l).expect("a case line"))
+        .collect();
+    let cases: Vec<Case> = rows
+        .iter()
+        .map(|v| case(v["gold"].as_str().unwrap(), v["pred"].as_str().unwrap()))
         .collect();
     assert!(cases.len() > 150, "the fixture has math-verify's cases");
+    // The expected results were written for math-verify's test settings (some cases use other
+    // extraction or precision options), so they are reported, and the floor is on agreement.
+    let as_expected = rows
+        .iter()
+        .zip(&cases)
+        .filter(|(v, c)| v["expected"].as_bool() == Some(verify(&c.gold, &c.pred)))
+        .count();
+    println!(
+        "math-verify's own cases: ours as expected on {as_expected}/{}",
+        cases.len()
+    );
     assert_agreement("math-verify's own cases", &cases, OWN_FLOOR);
 }
 
@@ -121,9 +133,10 @@ fn agrees_with_math_verify_on_generated_cases() {
     assert_agreement("generated cases", &cases, GENERATED_FLOOR);
 }
 
-/// Measured floors (see docs/design/math-verifier.md for the disagreement classes).
-const OWN_FLOOR: f64 = 0.0;
-const GENERATED_FLOOR: f64 = 0.0;
+/// Measured floors: 175/190 and 2550/2590 agree (docs/design/math-verifier.md names each
+/// class of disagreement); a drop under these is a regression.
+const OWN_FLOOR: f64 = 0.92;
+const GENERATED_FLOOR: f64 = 0.98;
 
 /// A tiny deterministic generator, so every run checks the same cases.
 struct Rng(u64);

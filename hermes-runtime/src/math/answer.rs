@@ -34,9 +34,9 @@ pub(crate) enum Answer {
     Text(String),
 }
 
-/// Reads an extracted answer (see [`super::extract_answer`]).
-pub(crate) fn read(raw: &str) -> Answer {
-    let n = normalize(raw);
+/// Reads an extracted answer (see [`super::extract_answer`]); `latex` when it came from LaTeX.
+pub(crate) fn read(raw: &str, latex: bool) -> Answer {
+    let n = normalize(raw, latex);
     let mut tokens = tokenize(&n.text);
     // Units after a value (`5 cm`, `12 \text{ dollars}`) do not change it.
     while tokens.len() > 1 && matches!(tokens.last(), Some(Token::Word(_))) {

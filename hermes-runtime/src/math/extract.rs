@@ -6,34 +6,57 @@
 const ANSWER_REACH: usize = 50;
 
 /// Where a candidate sits in the text and what it says.
+#[derive(Clone)]
 struct Span {
     start: usize,
     end: usize,
     text: String,
+    latex: bool,
+}
+
+/// An extracted answer and whether it came from LaTeX (a box or a math span), where a comma
+/// separates items rather than decimals.
+pub(crate) struct Found {
+    pub(crate) text: String,
+    pub(crate) latex: bool,
 }
 
 /// The final answer in `text`, as written (LaTeX and all); `None` when there is none.
 pub fn extract_answer(text: &str) -> Option<String> {
+    find(text).map(|found| found.text)
+}
+
+pub(crate) fn find(text: &str) -> Option<Found> {
+    let found = |s: &Span| Found {
+        text: s.text.clone(),
+        latex: s.latex,
+    };
     if let Some(boxed) = last_boxed(text) {
-        return Some(boxed.trim().to_string());
+        return Some(Found {
+            text: boxed.trim().to_string(),
+            latex: true,
+        });
     }
     let candidates = candidates(text);
-    if let Some(found) = final_answer_is(text, &candidates) {
-        return Some(found);
+    if let Some(s) = final_answer_is(text, &candidates) {
+        return Some(found(s));
     }
-    if let Some(found) = after_answer_word(text, &candidates) {
-        return Some(found);
+    if let Some(s) = after_answer_word(text, &candidates) {
+        return Some(found(s));
     }
     if let Some((_, rest)) = text.rsplit_once("####") {
         let line = rest.trim_start().lines().next().unwrap_or("").trim();
         if !line.is_empty() {
-            return Some(line.to_string());
+            return Some(Found {
+                text: line.to_string(),
+                latex: line.contains(['$', '\\']),
+            });
         }
     }
     candidates
         .iter()
         .max_by_key(|s| (s.end, std::cmp::Reverse(s.start)))
-        .map(|s| s.text.clone())
+        .map(found)
 }
 
 /// The contents of the last complete `\boxed{…}` or `\fbox{…}` (balanced braces).
@@ -68,7 +91,7 @@ pub(crate) fn last_boxed(text: &str) -> Option<&str> {
 
 /// "The final answer is X" (math-verify lets up to 100 characters sit between "final answer"
 /// and "is"): the candidate right after the "is".
-fn final_answer_is(text: &str, candidates: &[Span]) -> Option<String> {
+fn final_answer_is<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span> {
     let lower = text.to_ascii_lowercase();
     let mut phrases: Vec<usize> = lower
         .match_indices("final answer")
@@ -85,16 +108,12 @@ fn final_answer_is(text: &str, candidates: &[Span]) -> Option<String> {
                     .trim_start_matches([':', ' '])
                     .is_empty()
         };
-        candidates
-            .iter()
-            .filter(|s| gap(s))
-            .min_by_key(|s| s.start)
-            .map(|s| s.text.clone())
+        candidates.iter().filter(|s| gap(s)).min_by_key(|s| s.start)
     })
 }
 
 /// The first candidate starting soon after the last word "answer" that has one.
-fn after_answer_word(text: &str, candidates: &[Span]) -> Option<String> {
+fn after_answer_word<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span> {
     let lower = text.to_ascii_lowercase();
     let mut words: Vec<usize> = lower
         .match_indices("answer")
@@ -106,7 +125,6 @@ fn after_answer_word(text: &str, candidates: &[Span]) -> Option<String> {
             .iter()
             .filter(|s| s.start >= after && text[after..s.start].chars().count() <= ANSWER_REACH)
             .min_by_key(|s| s.start)
-            .map(|s| s.text.clone())
     })
 }
 
@@ -134,7 +152,11 @@ fn math_spans(text: &str) -> Vec<Span> {
         ];
         let found = delimiters.iter().find_map(|(open, close, multiline)| {
             let body = rest.strip_prefix(open)?;
-            let end = body.find(close)?;
+            // An escaped `\$` (a currency sign inside math) does not close the span.
+            let end = body
+                .match_indices(close)
+                .map(|(at, _)| at)
+                .find(|&at| !body[..at].ends_with('\\'))?;
             let inner = &body[..end];
             let ok = !inner.trim().is_empty() && (*multiline || !inner.contains('\n'));
             ok.then(|| (open.len() + end + close.len(), inner.trim().to_string()))
@@ -145,6 +167,7 @@ fn math_spans(text: &str) -> Vec<Span> {
                     start: i,
                     end: i + len,
                     text: inner,
+                    latex: true,
                 });
                 i += len;
             }
@@ -154,8 +177,8 @@ fn math_spans(text: &str) -> Vec<Span> {
     out
 }
 
-/// Plain numbers: `-12`, `1,234.5`, `.5`, `3/4`, `28%`, standing on their own (not inside a
-/// word such as `AZYUK2A`).
+/// Plain numbers: `-12`, `1,234.5`, `2,74` (a decimal comma), `.5`, `3/4`, `28%`, standing on
+/// their own (not inside a word such as `AZYUK2A`).
 fn numbers(text: &str) -> Vec<Span> {
     let b = text.as_bytes();
     let mut out = Vec::new();
@@ -179,23 +202,26 @@ fn numbers(text: &str) -> Vec<Span> {
                 end += 1;
             } else if c == b',' && (1..=3).all(|k| digit_at(end + k)) && !digit_at(end + 4) {
                 end += 4;
-            } else if (c == b'.' || c == b'/') && digit_at(end + 1) {
+            } else if digit_at(end + 1)
+                && (c == b'.' || c == b'/' || (c == b',' && !text[start..end].contains([',', '.'])))
+            {
                 end += 2;
             } else {
                 break;
             }
         }
-        let mut text_end = end;
         let rest = &text[end..];
         let trimmed = rest.trim_start();
-        if trimmed.starts_with('%') {
-            text_end = end + (rest.len() - trimmed.len()) + 1;
-        }
-        let b_end = text_end;
+        let text_end = if trimmed.starts_with('%') {
+            end + (rest.len() - trimmed.len()) + 1
+        } else {
+            end
+        };
         out.push(Span {
             start,
-            end: b_end,
-            text: text[start..b_end].to_string(),
+            end: text_end,
+            text: text[start..text_end].to_string(),
+            latex: false,
         });
         i = end.max(i);
     }
@@ -240,6 +266,10 @@ mod tests {
             Some("1,234.5")
         );
         assert_eq!(extract_answer("about 28 %").as_deref(), Some("28 %"));
+        assert_eq!(
+            extract_answer("Soucis : 2,74 $ a..").as_deref(),
+            Some("2,74")
+        );
         assert_eq!(extract_answer("AZYUK2A"), None);
         assert_eq!(extract_answer("nothing here"), None);
     }

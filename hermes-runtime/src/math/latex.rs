@@ -59,14 +59,16 @@ const REWRITE: &[(&str, &str)] = &[
 /// Words after a number that say it is a percentage.
 const PERCENT_WORDS: &[&str] = &["percentage", "percent", "pct", "%"];
 
-/// Cleans `raw` (an extracted answer) for the tokeniser.
-pub(crate) fn normalize(raw: &str) -> Normalized {
-    let delimited = raw.contains(['$', '\\']);
+/// Cleans `raw` (an extracted answer) for the tokeniser; `latex` when it came from LaTeX, where
+/// `1,5` is a list, not plain text's decimal comma.
+pub(crate) fn normalize(raw: &str, latex: bool) -> Normalized {
+    let delimited = latex || raw.contains(['$', '\\']);
     let mut s = unwrap_math(raw.trim()).to_string();
     if let Some(inner) = crate::math::extract::last_boxed(&s) {
         s = inner.to_string();
     }
     s = s
+        .replace("\\$", "")
         .replace('$', "")
         .replace(",\\! ", ",")
         .replace(",\\!", ",");
@@ -218,7 +220,7 @@ mod tests {
     use super::*;
 
     fn norm(s: &str) -> String {
-        normalize(s).text
+        normalize(s, false).text
     }
 
     #[test]
@@ -246,9 +248,9 @@ mod tests {
 
     #[test]
     fn percent_becomes_a_flag() {
-        let n = normalize("$50\\%$");
+        let n = normalize("$50\\%$", true);
         assert_eq!((n.text.as_str(), n.percent), ("50", true));
-        assert!(normalize("28 percent").percent);
+        assert!(normalize("28 percent", false).percent);
     }
 
     #[test]

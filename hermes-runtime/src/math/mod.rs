@@ -26,17 +26,17 @@ use token::is_unit;
 /// is wrong. Never panics, whatever the input.
 pub fn verify(gold: &str, answer: &str) -> bool {
     match (final_answer(gold), final_answer(answer)) {
-        (Some(g), Some(a)) => answer::same(&answer::read(&g), &answer::read(&a)),
+        (Some(g), Some(a)) => answer::same(&g, &a),
         _ => false,
     }
 }
 
-/// The text to read as the answer: all of it when it is a bare answer, else the extracted one.
-fn final_answer(text: &str) -> Option<String> {
+/// The answer `text` gives: all of it when it is a bare answer, else the extracted one.
+fn final_answer(text: &str) -> Option<answer::Answer> {
     if is_bare(text) {
-        Some(text.trim().to_string())
+        Some(answer::read(text.trim(), text.contains(['$', '\\'])))
     } else {
-        extract_answer(text)
+        extract::find(text).map(|found| answer::read(&found.text, found.latex))
     }
 }
 

@@ -47,6 +47,8 @@ fn latex_decoration_and_units_go() {
     yes("$1/3$", "$\\left( \\frac{1}{3} \\right)$");
     yes("$90^\\circ$", "\\boxed{90}");
     yes("5", "$5 \\text{ cm}$");
+    yes("16386.17", "is worth $\\boxed{\\$16386.17}$ after 5 years");
+    yes("$10/9$", "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $");
     yes("$1/3$", "$k = \\frac{1}{3}$");
     yes(
         "$\\text{Evelyn}$",
@@ -70,7 +72,7 @@ fn roots_pi_and_polynomials() {
 #[test]
 fn intervals_keep_their_ends() {
     assert!(matches!(
-        answer::read("$(0, 1]$"),
+        answer::read("$(0, 1]$", true),
         answer::Answer::Interval { .. }
     ));
     yes("$[0,1)$", "$[0,1)$");
@@ -82,11 +84,11 @@ fn intervals_keep_their_ends() {
 #[test]
 fn sets_ignore_order_and_tuples_keep_it() {
     assert!(matches!(
-        answer::read("\\{1, 2\\}"),
+        answer::read("\\{1, 2\\}", true),
         answer::Answer::List { ordered: false, .. }
     ));
     assert!(matches!(
-        answer::read("(1, 2, 3)"),
+        answer::read("(1, 2, 3)", true),
         answer::Answer::List { ordered: true, .. }
     ));
     yes("$\\{1,2\\}$", "$\\{2,1\\}$");
