@@ -6,6 +6,10 @@ use super::latex::normalize;
 use super::rational::Rational;
 use super::token::{tokenize, Rel, Token};
 
+/// Longer answers are compared as text: no real answer is this long, and an expression tree
+/// as deep as `1+1+…+1` would cost recursion to evaluate.
+const MAX_TOKENS: usize = 1000;
+
 #[derive(Debug)]
 pub(crate) enum Answer {
     Value {
@@ -38,6 +42,9 @@ pub(crate) enum Answer {
 pub(crate) fn read(raw: &str, latex: bool) -> Answer {
     let n = normalize(raw, latex);
     let mut tokens = tokenize(&n.text);
+    if tokens.len() > MAX_TOKENS {
+        return Answer::Text(text_key(&n.text));
+    }
     // Units after a value (`5 cm`, `12 \text{ dollars}`) do not change it.
     while tokens.len() > 1 && matches!(tokens.last(), Some(Token::Word(_))) {
         tokens.pop();

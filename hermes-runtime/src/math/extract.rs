@@ -66,27 +66,38 @@ pub(crate) fn last_boxed(text: &str) -> Option<&str> {
         .flat_map(|cmd| text.match_indices(cmd).map(|(i, m)| i + m.len()))
         .collect();
     starts.sort_unstable();
+    let pairs = brace_pairs(text);
     starts.iter().rev().find_map(|&after| {
         let rest = text[after..].trim_start();
         let open = text.len() - rest.len();
-        if !rest.starts_with('{') {
-            return None;
-        }
-        let mut depth = 0usize;
-        for (i, c) in rest.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(&text[open + 1..open + i]);
-                    }
-                }
-                _ => {}
-            }
-        }
-        None
+        let at = pairs.binary_search_by_key(&open, |&(o, _)| o).ok()?;
+        Some(&text[open + 1..pairs[at].1])
     })
+}
+
+/// Every balanced `{`…`}` as (open, close) byte positions, sorted by open: one pass, so
+/// that a reply of a thousand unclosed boxes costs no more than one.
+fn brace_pairs(text: &str) -> Vec<(usize, usize)> {
+    let mut stack = Vec::new();
+    let mut pairs = Vec::new();
+    for (i, b) in text.bytes().enumerate() {
+        match b {
+            b'{' => stack.push(i),
+            b'}' => {
+                if let Some(open) = stack.pop() {
+                    pairs.push((open, i));
+                }
+            }
+            _ => {}
+        }
+    }
+    pairs.sort_unstable();
+    pairs
+}
+
+/// The first candidate starting at or after byte `at` (candidates are sorted by start).
+fn first_from(candidates: &[Span], at: usize) -> Option<&Span> {
+    candidates.get(candidates.partition_point(|s| s.start < at))
 }
 
 /// "The final answer is X" (math-verify lets up to 100 characters sit between "final answer"
@@ -102,13 +113,11 @@ fn final_answer_is<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span> {
         let window: String = lower[after..].chars().take(100 + 3).collect();
         let is = window.find(" is")? + 3;
         let value_at = after + is;
-        let gap = |s: &Span| {
-            s.start >= value_at
-                && text[value_at..s.start]
-                    .trim_start_matches([':', ' '])
-                    .is_empty()
-        };
-        candidates.iter().filter(|s| gap(s)).min_by_key(|s| s.start)
+        first_from(candidates, value_at).filter(|s| {
+            text[value_at..s.start]
+                .trim_start_matches([':', ' '])
+                .is_empty()
+        })
     })
 }
 
@@ -121,46 +130,69 @@ fn after_answer_word<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span>
         .collect();
     words.reverse();
     words.into_iter().find_map(|after| {
-        candidates
-            .iter()
-            .filter(|s| s.start >= after && text[after..s.start].chars().count() <= ANSWER_REACH)
-            .min_by_key(|s| s.start)
+        first_from(candidates, after).filter(|s| {
+            let gap = &text[after..s.start];
+            gap.len() <= 4 * ANSWER_REACH && gap.chars().count() <= ANSWER_REACH
+        })
     })
 }
 
-/// Every math span (`$…$`, `$$…$$`, `\(…\)`, `\[…\]`) and every plain number in `text`.
+/// Every math span (`$…$`, `$$…$$`, `\(…\)`, `\[…\]`) and every plain number outside them
+/// in `text`, sorted by start.
 fn candidates(text: &str) -> Vec<Span> {
     let mut out = math_spans(text);
     let plain: Vec<Span> = numbers(text)
         .into_iter()
-        .filter(|n| !out.iter().any(|m| m.start <= n.start && n.end <= m.end))
+        .filter(|n| {
+            // Spans do not overlap and are sorted: only the last one starting before can hold n.
+            let before = out.partition_point(|m| m.start <= n.start);
+            before == 0 || out[before - 1].end < n.end
+        })
         .collect();
     out.extend(plain);
+    out.sort_by_key(|s| s.start);
     out
 }
 
 fn math_spans(text: &str) -> Vec<Span> {
+    let delimiters = [
+        ("$$", "$$", true),
+        ("\\[", "\\]", true),
+        ("\\(", "\\)", false),
+        ("$", "$", false),
+    ];
+    // Where each closing delimiter occurs, found once: looking ahead from every opening one
+    // would be quadratic in a reply full of unclosed `\(`. An escaped `\$` (a currency sign
+    // inside math) closes nothing.
+    let closers: Vec<Vec<usize>> = delimiters
+        .iter()
+        .map(|(_, close, _)| {
+            text.match_indices(close)
+                .map(|(at, _)| at)
+                .filter(|&at| *close != "$" || !text[..at].ends_with('\\'))
+                .collect()
+        })
+        .collect();
+    let newlines: Vec<usize> = text.match_indices('\n').map(|(at, _)| at).collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < text.len() {
         let rest = &text[i..];
-        let delimiters = [
-            ("$$", "$$", true),
-            ("\\[", "\\]", true),
-            ("\\(", "\\)", false),
-            ("$", "$", false),
-        ];
-        let found = delimiters.iter().find_map(|(open, close, multiline)| {
-            let body = rest.strip_prefix(open)?;
-            // An escaped `\$` (a currency sign inside math) does not close the span.
-            let end = body
-                .match_indices(close)
-                .map(|(at, _)| at)
-                .find(|&at| !body[..at].ends_with('\\'))?;
-            let inner = &body[..end];
-            let ok = !inner.trim().is_empty() && (*multiline || !inner.contains('\n'));
-            ok.then(|| (open.len() + end + close.len(), inner.trim().to_string()))
-        });
+        let found = delimiters
+            .iter()
+            .zip(&closers)
+            .find_map(|((open, close, multiline), at)| {
+                rest.strip_prefix(open)?;
+                let body_start = i + open.len();
+                let end = *at.get(at.partition_point(|&p| p < body_start))?;
+                let line_end = newlines[newlines.partition_point(|&p| p < body_start)..]
+                    .first()
+                    .copied()
+                    .unwrap_or(usize::MAX);
+                let inner = &text[body_start..end];
+                let ok = !inner.trim().is_empty() && (*multiline || end < line_end);
+                ok.then(|| (end + close.len() - i, inner.trim().to_string()))
+            });
         match found {
             Some((len, inner)) => {
                 out.push(Span {

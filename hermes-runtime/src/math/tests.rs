@@ -139,6 +139,10 @@ fn hostile_nesting_is_refused_not_overflowed() {
     let braces = format!("\\boxed{{{}}}", "\\frac{".repeat(50_000));
     no("1", &braces);
     no("1", &"^".repeat(10_000));
+    no("1", &format!("${}1$", "1+".repeat(100_000)));
+    no("1", &"\\boxed{".repeat(100_000));
+    no("1", &"\\( answer ".repeat(100_000));
+    no("1", &"$ final answer is".repeat(100_000));
 }
 
 proptest! {
