@@ -28,7 +28,7 @@ pub(crate) enum Answer {
         items: Vec<Expr>,
         ordered: bool,
     },
-    /// An equation that is not an assignment (`2x + z = 1`) or an inequality (`x \\geq 5`).
+    /// An equation that is not an assignment (`2x + z = 1`) or an inequality (`x \geq 5`).
     Relation {
         lhs: Expr,
         rel: Option<Rel>,
@@ -293,7 +293,7 @@ pub(crate) fn same(gold: &Answer, answer: &Answer) -> bool {
             same_value(expr, *percent, rhs, false)
         }
         (Text(g), Text(a)) => !g.is_empty() && g == a,
-        // `\\text{C}` reads as the variable C, `\\text{(C)}` as text.
+        // `\text{C}` reads as the variable C, `\text{(C)}` as text.
         (
             Value {
                 expr: Expr::Var(v), ..

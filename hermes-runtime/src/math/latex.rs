@@ -126,7 +126,7 @@ fn unwrap_math(s: &str) -> &str {
     s
 }
 
-/// `\\\\frac` (a doubled backslash, as in an escaped string) → `\\frac`.
+/// `\\frac` (a doubled backslash, as in an escaped string) → `\frac`.
 fn single_backslashes(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();

@@ -31,7 +31,7 @@ pub(crate) enum Token {
     Caret,
     Comma,
     Eq,
-    /// An inequality sign (`<`, `\\leq`, `\\neq`, …).
+    /// An inequality sign (`<`, `\leq`, `\neq`, …).
     Rel(Rel),
     Other(char),
 }
