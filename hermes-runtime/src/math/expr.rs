@@ -331,3 +331,41 @@ impl Parser<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::math::token::tokenize;
+
+    fn value(s: &str) -> f64 {
+        parse(&tokenize(s)).expect("parses").eval(&|_| 2.0).to_f64()
+    }
+
+    #[test]
+    fn precedence_is_latexs() {
+        assert_eq!(value("-x^2"), -4.0);
+        assert_eq!(value("2^3^2"), 512.0);
+        assert_eq!(value("2x^2"), 8.0);
+        assert_eq!(value("1/2x"), 1.0);
+        assert_eq!(value("\\frac{1}{2}(x+2)"), 2.0);
+        assert_eq!(value("\\sqrt[3]{8}"), 2.0);
+    }
+
+    #[test]
+    fn rational_arithmetic_stays_exact() {
+        let e = parse(&tokenize("\\frac{1}{3} + \\frac{1}{6}")).unwrap();
+        assert!(matches!(e.eval(&|_| 0.0), Value::Exact(r) if r == Rational::new(1, 2).unwrap()));
+        let root = parse(&tokenize("\\sqrt{\\frac{9}{4}}")).unwrap();
+        assert!(
+            matches!(root.eval(&|_| 0.0), Value::Exact(r) if r == Rational::new(3, 2).unwrap())
+        );
+    }
+
+    #[test]
+    fn leftovers_and_deep_nesting_are_refused() {
+        assert_eq!(parse(&tokenize("1 +")), None);
+        assert_eq!(parse(&tokenize("(1")), None);
+        assert_eq!(parse(&tokenize("\\unknown{1}")), None);
+        assert_eq!(parse(&tokenize(&"(".repeat(500))), None);
+    }
+}
