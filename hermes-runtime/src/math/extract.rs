@@ -1,9 +1,13 @@
 //! Finding the final answer in a model's reply, in math-verify's order of trust: the last
-//! `\boxed{}`, then what follows the word "answer", then GSM8K's `#### X`, then the last
-//! math span or number.
+//! `\boxed{}`, then "final answer is X", then GSM8K's `#### X` (which math-verify does not
+//! know; a reply in GSM8K's format means it), then what follows the word "answer", then the
+//! last math span or number.
 
 /// How far after the word "answer" its value may start (math-verify allows 50 characters).
 const ANSWER_REACH: usize = 50;
+
+/// How far after the word "answer" an `=` may introduce its value (math-verify: 100).
+const EQUALS_REACH: usize = 100;
 
 /// Where a candidate sits in the text and what it says.
 #[derive(Clone)]
@@ -41,9 +45,6 @@ pub(crate) fn find(text: &str) -> Option<Found> {
     if let Some(s) = final_answer_is(text, &candidates) {
         return Some(found(s));
     }
-    if let Some(s) = after_answer_word(text, &candidates) {
-        return Some(found(s));
-    }
     if let Some((_, rest)) = text.rsplit_once("####") {
         let line = rest.trim_start().lines().next().unwrap_or("").trim();
         if !line.is_empty() {
@@ -52,6 +53,9 @@ pub(crate) fn find(text: &str) -> Option<Found> {
                 latex: line.contains(['$', '\\']),
             });
         }
+    }
+    if let Some(s) = after_answer_word(text, &candidates) {
+        return Some(found(s));
     }
     candidates
         .iter()
@@ -121,7 +125,9 @@ fn final_answer_is<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span> {
     })
 }
 
-/// The first candidate starting soon after the last word "answer" that has one.
+/// After the last word "answer" that has one, as math-verify matches it: the value after the
+/// last `=` within 100 characters (`answer: 3 + 4 = 7`), else the first candidate within 50
+/// characters; either way not the left side of an equation.
 fn after_answer_word<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span> {
     let lower = text.to_ascii_lowercase();
     let mut words: Vec<usize> = lower
@@ -129,12 +135,34 @@ fn after_answer_word<'a>(text: &str, candidates: &'a [Span]) -> Option<&'a Span>
         .map(|(i, w)| i + w.len())
         .collect();
     words.reverse();
+    let not_a_left_side = |s: &Span| !text[s.end..].trim_start().starts_with('=');
     words.into_iter().find_map(|after| {
-        first_from(candidates, after).filter(|s| {
-            let gap = &text[after..s.start];
-            gap.len() <= 4 * ANSWER_REACH && gap.chars().count() <= ANSWER_REACH
-        })
+        let window = within_chars(text, after, EQUALS_REACH);
+        if let Some(eq) = window.rfind('=') {
+            let at = after + eq + 1;
+            let right_side = first_from(candidates, at)
+                .filter(|s| text[at..s.start].trim().is_empty() && not_a_left_side(s));
+            if right_side.is_some() {
+                return right_side;
+            }
+        }
+        let reach = after + within_chars(text, after, ANSWER_REACH).len();
+        let from = candidates.partition_point(|s| s.start < after);
+        candidates[from..]
+            .iter()
+            .take_while(|s| s.start <= reach)
+            .find(|s| not_a_left_side(s))
     })
+}
+
+/// The text from byte `at` on, at most `chars` characters of it.
+fn within_chars(text: &str, at: usize, chars: usize) -> &str {
+    let rest = &text[at..];
+    let end = rest
+        .char_indices()
+        .nth(chars)
+        .map_or(rest.len(), |(i, _)| i);
+    &rest[..end]
 }
 
 /// Every math span (`$…$`, `$$…$$`, `\(…\)`, `\[…\]`) and every plain number outside them
@@ -279,6 +307,18 @@ mod tests {
         assert_eq!(
             extract_answer("The answer is $12$. Check: 3 * 4 = 12 and 5.").as_deref(),
             Some("12")
+        );
+    }
+
+    #[test]
+    fn after_answer_an_equals_sign_leads_to_the_value() {
+        assert_eq!(
+            extract_answer("To answer this, we compute 3+4 = 7. So it is 7 apples").as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            extract_answer("To answer it: x = 2, y = 3, and more words").as_deref(),
+            Some("3")
         );
     }
 
