@@ -35,9 +35,9 @@ pub(crate) fn find(text: &str) -> Option<Found> {
         text: s.text.clone(),
         latex: s.latex,
     };
-    if let Some(boxed) = last_boxed(text) {
+    if let Some(boxed) = final_boxes(text) {
         return Some(Found {
-            text: boxed.trim().to_string(),
+            text: boxed,
             latex: true,
         });
     }
@@ -63,20 +63,63 @@ pub(crate) fn find(text: &str) -> Option<Found> {
         .map(found)
 }
 
-/// The contents of the last complete `\boxed{…}` or `\fbox{…}` (balanced braces).
-pub(crate) fn last_boxed(text: &str) -> Option<&str> {
-    let mut starts: Vec<usize> = ["\\boxed", "\\fbox"]
+/// The contents of the last complete `\boxed{…}` or `\fbox{…}` (balanced braces), joined with
+/// those of the boxes just before it when only "and", a comma or spacing stands between them
+/// (`\boxed{-2} \quad\text{and}\quad \boxed{1}` is the list `-2, 1`), as math-verify joins them.
+pub(crate) fn final_boxes(text: &str) -> Option<String> {
+    let boxes = boxes(text);
+    let &(mut start, open, close) = boxes.last()?;
+    let mut parts = vec![text[open + 1..close].trim()];
+    for &(before_start, before_open, before_close) in boxes.iter().rev().skip(1) {
+        if before_close >= start || !separates(&text[before_close + 1..start]) {
+            break;
+        }
+        parts.push(text[before_open + 1..before_close].trim());
+        start = before_start;
+    }
+    parts.reverse();
+    Some(parts.join(", "))
+}
+
+fn separates(gap: &str) -> bool {
+    let mut rest = gap.to_string();
+    for separator in [
+        "\\text{ and }",
+        "\\text{and}",
+        "\\text{ or }",
+        "\\text{or}",
+        "\\qquad",
+        "\\quad",
+        "\\(",
+        "\\)",
+        "and",
+        "or",
+        "$",
+        ",",
+        ";",
+    ] {
+        rest = rest.replace(separator, "");
+    }
+    rest.trim().is_empty()
+}
+
+/// Every complete box as (where its command starts, its `{`, its `}`), in order.
+fn boxes(text: &str) -> Vec<(usize, usize, usize)> {
+    let mut starts: Vec<(usize, usize)> = ["\\boxed", "\\fbox"]
         .iter()
-        .flat_map(|cmd| text.match_indices(cmd).map(|(i, m)| i + m.len()))
+        .flat_map(|cmd| text.match_indices(cmd).map(|(i, m)| (i, i + m.len())))
         .collect();
     starts.sort_unstable();
     let pairs = brace_pairs(text);
-    starts.iter().rev().find_map(|&after| {
-        let rest = text[after..].trim_start();
-        let open = text.len() - rest.len();
-        let at = pairs.binary_search_by_key(&open, |&(o, _)| o).ok()?;
-        Some(&text[open + 1..pairs[at].1])
-    })
+    starts
+        .into_iter()
+        .filter_map(|(start, after)| {
+            let rest = text[after..].trim_start();
+            let open = text.len() - rest.len();
+            let at = pairs.binary_search_by_key(&open, |&(o, _)| o).ok()?;
+            Some((start, open, pairs[at].1))
+        })
+        .collect()
 }
 
 /// Every balanced `{`…`}` as (open, close) byte positions, sorted by open: one pass, so
@@ -299,6 +342,15 @@ mod tests {
             Some("\\frac{1}{2}")
         );
         assert_eq!(extract_answer("\\fbox{7}").as_deref(), Some("7"));
+        assert_eq!(
+            extract_answer("roots \\[ \\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}. \\]")
+                .as_deref(),
+            Some("-2, 1")
+        );
+        assert_eq!(
+            extract_answer("\\boxed{1} so then \\boxed{2}").as_deref(),
+            Some("2")
+        );
         assert_eq!(extract_answer("\\boxed{unclosed").as_deref(), None);
     }
 

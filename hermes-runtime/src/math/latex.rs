@@ -54,6 +54,10 @@ const REWRITE: &[(&str, &str)] = &[
     ("π", "\\pi"),
     ("∞", "\\infty"),
     ("~", " "),
+    // "12 and 13": two answers.
+    ("\\text{ and }", ","),
+    ("\\text{and}", ","),
+    (" and ", ","),
 ];
 
 /// Words after a number that say it is a percentage.
@@ -64,8 +68,8 @@ const PERCENT_WORDS: &[&str] = &["percentage", "percent", "pct", "%"];
 pub(crate) fn normalize(raw: &str, latex: bool) -> Normalized {
     let delimited = latex || raw.contains(['$', '\\']);
     let mut s = unwrap_math(raw.trim()).to_string();
-    if let Some(inner) = crate::math::extract::last_boxed(&s) {
-        s = inner.to_string();
+    if let Some(inner) = crate::math::extract::final_boxes(&s) {
+        s = inner;
     }
     s = s
         .replace("\\$", "")
