@@ -32,8 +32,8 @@ const ERASE: &[&str] = &[
     "\\;",
     "\\:",
     "\\ ",
-    "\\quad",
     "\\qquad",
+    "\\quad",
 ];
 
 /// Spellings with a single meaning for the parser.
@@ -236,6 +236,7 @@ mod tests {
         assert_eq!(norm("\\[ 90^\\circ \\]"), "90");
         assert_eq!(norm("$\\boxed{7}$"), "7");
         assert_eq!(norm("1\\,000"), "1000");
+        assert_eq!(norm("x \\qquad"), "x");
     }
 
     #[test]
