@@ -31,6 +31,8 @@ fn fractions_and_decimals() {
     yes("$1/3$", "$0.333333$");
     no("$1/3$", "$0.3333$");
     yes("3", "\\frac{3}{1}");
+    // Exact values are not "close enough": only a decimal literal is rounded.
+    no("1", "\\frac{1000000001}{1000000000}");
 }
 
 #[test]
