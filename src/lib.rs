@@ -57,6 +57,12 @@ pub mod sandbox {
     };
 }
 
+/// Checking math answers as Hugging Face's `math-verify` does: `verify(gold, reply)` in a
+/// `compute_reward`, `extract_answer` to see what was read.
+pub mod math {
+    pub use hermes_runtime::math::{extract_answer, verify};
+}
+
 /// Testing an environment: the kit, scripted and recorded inference, snapshot redaction.
 pub mod testing {
     pub use hermes_runtime::testing::{

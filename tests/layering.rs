@@ -32,6 +32,7 @@ const STACK: &[&str] = &[
     "dotenv",
     "diagnostics",
     "tls",
+    "math",
     "config",
 ];
 

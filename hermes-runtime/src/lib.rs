@@ -19,6 +19,7 @@ pub(crate) mod dotenv;
 pub mod env;
 pub mod hub;
 pub mod llm;
+pub mod math;
 pub mod modes;
 pub(crate) mod own_secrets;
 pub mod parsers;

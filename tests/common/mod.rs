@@ -152,6 +152,16 @@ pub fn template_python() -> PathBuf {
     )
 }
 
+/// A Python with Hugging Face's `math-verify` (and the sympy and latex2sympy2_extended it
+/// pulls in), for checking `hermes_env::math` against it, in `target/math-verify-venv`.
+pub fn math_verify_python() -> PathBuf {
+    python_venv(
+        "math-verify-venv",
+        &["math-verify==0.9.0"],
+        "import math_verify",
+    )
+}
+
 /// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
 /// lock, when `probe` does not run); panics with a message naming what is missing.
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
