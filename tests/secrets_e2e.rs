@@ -308,12 +308,16 @@ async fn no_secret_reaches_a_docker_sandbox() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     let jsonl = std::fs::read_to_string(tmp.path().join("out.jsonl")).unwrap();
+    let sent: String = server.requests().iter().map(Value::to_string).collect();
     assert!(
-        jsonl.contains("HERMES_E2E_SETTING=cfg-value-5a1b2c3d") && jsonl.contains("==END=="),
-        "the command ran in the container with container_env: {jsonl}"
+        sent.contains("HERMES_E2E_SETTING=cfg-value-5a1b2c3d") && jsonl.contains("==END=="),
+        "the command ran in the container with container_env (the model saw it): {sent}"
+    );
+    assert!(
+        jsonl.contains("HERMES_E2E_SETTING=<redacted>") && !jsonl.contains("cfg-value-5a1b2c3d"),
+        "container_env values are secrets to the JSONL: {jsonl}"
     );
     assert!(!jsonl.contains("CARGO_MANIFEST_DIR"), "{jsonl}");
-    let sent: String = server.requests().iter().map(Value::to_string).collect();
     assert_clean("what the model was sent", &sent);
     assert_clean("the JSONL", &jsonl);
     assert_clean("the logs", &stderr);
