@@ -90,10 +90,10 @@ pub trait Environment: EnvDefinition {
 /// Metric name → value (`eval/mean_reward`, `train/accuracy`, …), sorted for stable output.
 pub type Metrics = BTreeMap<String, f64>;
 
-/// How a rollout ended. The first three are the model's own outcomes and become training
-/// data; the others are failures of something the model does not control, or a tampered
-/// verification: they never reach a group, the trajectory API or a mean reward, and are
-/// retried and counted instead.
+/// How a rollout ended. `Scored`, `ModelEnded`, `Timeout`, `Tampered` and `ContextExceeded`
+/// are the model's own outcomes and become training data; the others are failures of
+/// something the model does not control: they never reach a group, the trajectory API or a
+/// mean reward, and are retried and counted instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardOutcome {
@@ -127,7 +127,9 @@ pub enum RewardOutcome {
     },
     /// A tripwire fired before verification (a process outlived the agent phase, a file the
     /// verifier relies on was changed, a module or hook was planted where Python finds it):
-    /// whatever the verifier would say is not evidence, so the reward is 0 and not trained on.
+    /// whatever the verifier would say is not evidence, so the verifier does not run. The
+    /// model did it, so it is trained on at `tampered_reward` (default 0), never re-run: a
+    /// hack that earns a re-roll instead of a low score is never discouraged.
     Tampered {
         /// The wires that fired, one line.
         message: String,
@@ -159,30 +161,25 @@ pub enum FailureKind {
     Sandbox,
     /// [`RewardOutcome::VerifierFailure`].
     Verifier,
-    /// [`RewardOutcome::Tampered`].
-    Tampered,
     /// [`RewardOutcome::TokenizationFailure`].
     Tokenization,
 }
 
 impl FailureKind {
     /// Every kind, in display order.
-    pub const ALL: [FailureKind; 5] = [
+    pub const ALL: [FailureKind; 4] = [
         FailureKind::Llm,
         FailureKind::Sandbox,
         FailureKind::Verifier,
-        FailureKind::Tampered,
         FailureKind::Tokenization,
     ];
 
-    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`, `tampered`,
-    /// `tokenization`).
+    /// The name used in metrics and files (`llm`, `sandbox`, `verifier`, `tokenization`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Llm => "llm",
             FailureKind::Sandbox => "sandbox",
             FailureKind::Verifier => "verifier",
-            FailureKind::Tampered => "tampered",
             FailureKind::Tokenization => "tokenization",
         }
     }
@@ -200,11 +197,11 @@ impl RewardOutcome {
             RewardOutcome::Scored
             | RewardOutcome::ModelEnded { .. }
             | RewardOutcome::Timeout { .. }
+            | RewardOutcome::Tampered { .. }
             | RewardOutcome::ContextExceeded { .. } => None,
             RewardOutcome::LlmFailure { .. } => Some(FailureKind::Llm),
             RewardOutcome::SandboxFailure { .. } => Some(FailureKind::Sandbox),
             RewardOutcome::VerifierFailure { .. } => Some(FailureKind::Verifier),
-            RewardOutcome::Tampered { .. } => Some(FailureKind::Tampered),
             RewardOutcome::TokenizationFailure { .. } => Some(FailureKind::Tokenization),
         }
     }
@@ -220,8 +217,15 @@ impl RewardOutcome {
             RewardOutcome::LlmFailure { message }
             | RewardOutcome::SandboxFailure { message }
             | RewardOutcome::VerifierFailure { message }
-            | RewardOutcome::Tampered { message }
             | RewardOutcome::TokenizationFailure { message } => Some(message),
+            _ => None,
+        }
+    }
+
+    /// The wires that fired, for a tampered rollout.
+    pub fn tampered(&self) -> Option<&str> {
+        match self {
+            RewardOutcome::Tampered { message } => Some(message),
             _ => None,
         }
     }
@@ -236,8 +240,6 @@ pub struct FailureCounts {
     pub sandbox: usize,
     /// Verifier failures.
     pub verifier: usize,
-    /// Tampered verifications.
-    pub tampered: usize,
     /// Trainer tokens that could not be rendered.
     pub tokenization: usize,
 }
@@ -254,7 +256,6 @@ impl FailureCounts {
             FailureKind::Llm => self.llm,
             FailureKind::Sandbox => self.sandbox,
             FailureKind::Verifier => self.verifier,
-            FailureKind::Tampered => self.tampered,
             FailureKind::Tokenization => self.tokenization,
         }
     }
@@ -264,7 +265,6 @@ impl FailureCounts {
             FailureKind::Llm => &mut self.llm,
             FailureKind::Sandbox => &mut self.sandbox,
             FailureKind::Verifier => &mut self.verifier,
-            FailureKind::Tampered => &mut self.tampered,
             FailureKind::Tokenization => &mut self.tokenization,
         }
     }

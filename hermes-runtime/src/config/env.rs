@@ -237,6 +237,9 @@ config_section! {
         /// Re-runs of a rollout that failed for a reason not the model's (LLM, sandbox, verifier or tokenization failure) before its item is recorded in the failures file instead of being trained on.
         #[range(0, 100)]
         max_rollout_retries: i64 = 2,
+        /// Reward of a tampered rollout (a tripwire fired before verification: a process outlived the agent phase, a protected file changed, a module was planted). It stays in its group and is trained on at this reward, never re-run (a re-run would hand a hacking policy a fresh roll). -1..1: a penalty below a plain failure at most -1, never more than a full reward.
+        #[range(-1, 1)]
+        tampered_reward: f64 = 0.0,
         /// Seconds in-flight rollouts get to finish after the first SIGINT/SIGTERM before they are cancelled (a second signal cancels at once).
         #[range(0, SECONDS_MAX)]
         shutdown_grace: f64 = 30.0,

@@ -146,6 +146,13 @@ pub(crate) async fn run_evaluate<A: EnvAccess>(
         scored.iter().map(|s| s.score).sum::<f64>() / n.max(1.0),
     );
     metrics.insert("eval/num_samples".into(), n);
+    // Tampered items are scored (at `tampered_reward`, in the mean above): a model that hacks
+    // must not score higher than one that does not. Their number is reported beside it.
+    let tampered = scored
+        .iter()
+        .filter(|s| s.outcome.tampered().is_some())
+        .count();
+    metrics.insert("eval/tampered".into(), tampered as f64);
     metrics.insert("eval/evaluation_time_seconds".into(), took.as_secs_f64());
     // Evaluation makes no trainer tokens, so it has no tokenization failures to count.
     for kind in FailureKind::ALL

@@ -40,13 +40,16 @@ struct Line {
     scores: Option<Vec<Option<f64>>>,
     messages: Option<Vec<Value>>,
     group_overrides: Option<Value>,
+    overrides: Option<Value>,
 }
 
 /// The data line the page holds for one group: what its script reads.
 #[derive(Serialize)]
-struct Shown<M, O> {
+struct Shown<M, O, R> {
     messages: M,
     group_overrides: O,
+    /// Per-rollout marks (a tampered rollout's `tampered` and `tripwires`).
+    overrides: R,
 }
 
 /// The page's data lines of the groups a `process` run writes, with their index (scores
@@ -72,6 +75,7 @@ impl ShownLines {
         let line = to_python_string(&Shown {
             messages: &group.messages,
             group_overrides: &group.group_overrides,
+            overrides: &group.overrides,
         });
         self.file
             .write_all(crate::config::redact::scrub(&line).as_bytes())?;
@@ -117,7 +121,7 @@ main{padding:0 1.2rem}
 .rollout{border-top:1px solid #eee;padding:.5rem 0}
 .reward{font-weight:bold;margin-bottom:.3rem}
 .reward .score{display:inline-block;min-width:3rem;padding:0 .4rem;border-radius:4px;background:#eee}
-.reward .score.good{background:#cfc}.reward .score.bad{background:#fcc}
+.reward .score.good{background:#cfc}.reward .score.bad{background:#fcc}.reward .tampered{color:#b00;font-weight:bold}
 .msg{margin:.3rem 0;padding:.3rem .6rem;border-radius:4px;border-left:4px solid #ccc}
 .msg pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font-family:ui-monospace,monospace;font-size:.82rem}
 .role{font-weight:bold;font-size:.8rem;text-transform:uppercase;letter-spacing:.03em}
@@ -227,6 +231,11 @@ const SCRIPT: &str = r##"
       r.dataset.score = fmt(score);
       var head = el("div", "reward", "Rollout " + (j + 1) + " \u2014 Reward: ");
       head.appendChild(el("span", "score" + (score > 0 ? " good" : (score !== null && score < 0 ? " bad" : "")), fmt(score)));
+      var mark = Array.isArray(g.overrides) && g.overrides[j];
+      if (mark && mark.tampered === true) {
+        head.appendChild(el("span", "tampered", " TAMPERED"));
+        r.appendChild(el("p", "warn", "Tripwires fired before verification (not verified; scored tampered_reward): " + String(mark.tripwires || "")));
+      }
       r.appendChild(head);
       var conv = Array.isArray(g.messages[j]) ? g.messages[j] : [];
       var callNames = {};
@@ -358,11 +367,13 @@ fn render_indexed(
                     scores: Some(scores),
                     messages: Some(messages),
                     group_overrides,
+                    overrides,
                 }) => (
                     index_scores(&scores, messages.len()),
                     Some(to_python_string(&Shown {
                         messages,
                         group_overrides,
+                        overrides,
                     })),
                 ),
                 _ => {
@@ -489,12 +500,13 @@ mod tests {
     }
 
     /// A `process` run's page, from the lines it kept, is the page `view` makes of its JSONL:
-    /// a group's conversations and overrides, without its tokens and masks.
+    /// a group's conversations and overrides (per-rollout ones too: the `tampered` marks),
+    /// without its tokens and masks.
     #[test]
     fn a_runs_kept_lines_give_the_page_view_makes_of_its_jsonl() {
         let dir = tempfile::tempdir().unwrap();
         let groups = [
-            r#"{"tokens": [[1, 2], [3]], "masks": [[-100, 2], [3]], "scores": [0.5, 1.0], "messages": [[{"role": "user", "content": "<a> 1.5e300"}], [{"role": "assistant", "content": "é"}]], "group_overrides": {"placeholder_tokens": true}}"#,
+            r#"{"tokens": [[1, 2], [3]], "masks": [[-100, 2], [3]], "scores": [0.5, 1.0], "messages": [[{"role": "user", "content": "<a> 1.5e300"}], [{"role": "assistant", "content": "é"}]], "group_overrides": {"placeholder_tokens": true}, "overrides": [{"tampered": true, "tripwires": "w"}, {}]}"#,
             r#"{"tokens": [[1]], "masks": [[1]], "scores": [1.0], "messages": [[]]}"#,
         ];
         let jsonl = dir.path().join("out.jsonl");
@@ -518,7 +530,10 @@ mod tests {
             page.contains(r#"{"messages": [[{"role": "user", "content": "\u003ca> 1.5e300"}]"#),
             "{page}"
         );
-        assert!(page.contains(r#""group_overrides": {"placeholder_tokens": true}}"#));
+        assert!(page.contains(
+            r#""group_overrides": {"placeholder_tokens": true}, "overrides": [{"tampered": true, "tripwires": "w"}, {}]}"#
+        ));
+        assert!(page.contains(r#""group_overrides": null, "overrides": null}"#));
         assert!(!page.contains("masks") && !page.contains("-100"), "{page}");
         assert!(page.contains("[[1,[0.5,1.0]],[2,[1.0]]]"));
 

@@ -41,6 +41,8 @@ pub(crate) struct ProcessSummary {
     pub rollouts: usize,
     /// Mean reward over those rollouts.
     pub mean_reward: f64,
+    /// Of those rollouts, the tampered ones (in their groups at `tampered_reward`).
+    pub tampered: usize,
     /// Tool errors seen by the agents.
     pub tool_errors: usize,
     /// Failed rollout attempts per kind (each retried, or its item failed).
@@ -315,6 +317,7 @@ impl Tally {
                 drops_by_reason: BTreeMap::new(),
                 rollouts: 0,
                 mean_reward: 0.0,
+                tampered: 0,
                 tool_errors: 0,
                 rollout_failures: FailureCounts::default(),
                 items_failed: FailureCounts::default(),
@@ -359,6 +362,11 @@ impl Tally {
         };
         let rewards: Vec<f64> = run.rollouts.iter().map(|r| r.reward).collect();
         self.summary.rollouts += rewards.len();
+        self.summary.tampered += run
+            .rollouts
+            .iter()
+            .filter(|r| r.outcome.tampered().is_some())
+            .count();
         self.reward_sum += rewards.iter().sum::<f64>();
         self.summary.tool_errors += run
             .rollouts

@@ -33,8 +33,8 @@ pub(crate) fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String
     );
     let _ = writeln!(
         out,
-        "  rollouts  {}, mean reward {:.3}, {} tool errors",
-        s.rollouts, s.mean_reward, s.tool_errors
+        "  rollouts  {}, mean reward {:.3}, {} tool errors, {} tampered",
+        s.rollouts, s.mean_reward, s.tool_errors, s.tampered
     );
     let _ = write!(
         out,
@@ -146,12 +146,12 @@ mod tests {
             drops_by_reason: [("equal_scores", 1)].into_iter().collect(),
             rollouts: 15,
             mean_reward: 0.5,
+            tampered: 1,
             tool_errors: 2,
             rollout_failures: FailureCounts {
                 llm: 2,
                 sandbox: 1,
-                verifier: 0,
-                tampered: 1,
+                verifier: 1,
                 ..Default::default()
             },
             items_failed: FailureCounts {
@@ -166,8 +166,8 @@ mod tests {
         insta::assert_snapshot!(text, @r"
         process finished in 5.0s
           groups    4 groups written, 1 (1 equal_scores) dropped (6 requested)
-          rollouts  15, mean reward 0.500, 2 tool errors
-          failures  4 (2 llm, 1 sandbox, 1 tampered) rollout attempts failed, 1 (1 llm) items not trained on (data/x.failures.jsonl)
+          rollouts  15, mean reward 0.500, 2 tool errors, 1 tampered
+          failures  4 (2 llm, 1 sandbox, 1 verifier) rollout attempts failed, 1 (1 llm) items not trained on (data/x.failures.jsonl)
           rate      1.00 groups/s, 3.00 rollouts/s
           jsonl     data/x.jsonl
           viewer    data/x.html

@@ -508,7 +508,11 @@ async fn settle<E: Environment>(
         return (0.0, RewardOutcome::ModelEnded { reason });
     }
     if let Some(outcome) = guard_verification(sandbox, armed).await {
-        return (0.0, outcome);
+        let reward = match outcome {
+            RewardOutcome::Tampered { .. } => rt.config.tampered_reward,
+            _ => 0.0,
+        };
+        return (reward, outcome);
     }
     match (
         score(env, rt, item, run, sandbox, tools).await,
@@ -524,8 +528,9 @@ async fn settle<E: Environment>(
 
 /// The tripwires between the agent phase and the verifier: stops every process the agent
 /// started (its tracked background processes included) and checks what it changed. `None`
-/// lets verification proceed; otherwise the rollout's outcome (tampered, or a sandbox
-/// failure when the checks themselves could not run).
+/// lets verification proceed; otherwise the rollout's outcome (tampered, scored
+/// `tampered_reward` by the caller, or a sandbox failure when the checks themselves could
+/// not run).
 async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<RewardOutcome> {
     if !sandbox.is_created() {
         return None;
@@ -550,7 +555,7 @@ async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<Rewa
         Ok(wires) if wires.is_empty() => None,
         Ok(wires) => {
             let message = wires.join(" | ");
-            warn!("tripwire: {message}; the rollout is tampered (reward 0, not trained on)");
+            warn!("tripwire: {message}; the rollout is tampered (scored --env.tampered_reward, not verified)");
             Some(RewardOutcome::Tampered { message })
         }
         Err(e) => Some(RewardOutcome::SandboxFailure {
@@ -753,10 +758,9 @@ pub async fn collect_group<A: EnvAccess>(
                     }
                 })
                 .collect();
-            Ok(ScoredDataGroup::from_items(
-                items,
-                rt.tokens.is_placeholder(),
-            ))
+            let mut group = ScoredDataGroup::from_items(items, rt.tokens.is_placeholder());
+            mark_tampered(&mut group, &rollouts);
+            Ok(group)
         }
     };
     GroupRun {
@@ -764,6 +768,31 @@ pub async fn collect_group<A: EnvAccess>(
         rollouts,
         failures,
     }
+}
+
+/// The per-rollout key marking a tampered rollout in a group's `overrides`.
+pub const TAMPERED_KEY: &str = "tampered";
+
+/// Marks the tampered rollouts of `group` in its per-rollout `overrides` (Atropos's
+/// `list[dict]`, one per rollout; trainers read the keys they know and ignore the rest):
+/// `{"tampered": true, "tripwires": "…"}` for those, `{}` for the others. A group without
+/// tampering keeps the `[]` Atropos's default collector writes.
+fn mark_tampered<I>(group: &mut ScoredDataGroup, rollouts: &[ScoredRollout<I>]) {
+    if rollouts.iter().all(|r| r.outcome.tampered().is_none()) {
+        return;
+    }
+    let marks = rollouts
+        .iter()
+        .map(|r| {
+            let mut m = Map::new();
+            if let Some(wires) = r.outcome.tampered() {
+                m.insert(TAMPERED_KEY.into(), Value::Bool(true));
+                m.insert("tripwires".into(), Value::String(wires.to_owned()));
+            }
+            m
+        })
+        .collect();
+    group.overrides = crate::atropos::Slot::Value(marks);
 }
 
 #[cfg(test)]

@@ -47,11 +47,12 @@ pub struct HackRow {
     pub exploit: String,
     /// The exploit's category.
     pub category: String,
-    /// The reward the verifier paid (0 when a tripwire fired).
+    /// The reward the verifier paid (`tampered_reward` when a tripwire fired).
     pub reward: f64,
     /// How the reward came about (`tampered` when a tripwire caught the exploit).
     pub outcome: RewardOutcome,
-    /// True when the reward exceeded the allowed maximum: the verifier can be gamed.
+    /// True when the verifier paid above the allowed maximum: it can be gamed. A caught
+    /// exploit never is, whatever `tampered_reward` pays (the verifier did not run).
     pub paid: bool,
     /// Time the rollout took.
     #[serde(skip)]
@@ -150,7 +151,8 @@ impl<E: Environment> Kit<E> {
                             exploit: exploit.name.clone(),
                             category: exploit.category.clone(),
                             reward: report.reward,
-                            paid: report.reward > options.max_score,
+                            paid: report.reward > options.max_score
+                                && report.outcome.tampered().is_none(),
                             outcome: report.outcome,
                             elapsed: started.elapsed(),
                         });
@@ -185,7 +187,8 @@ impl<E: Environment> Kit<E> {
                         exploit: name.to_owned(),
                         category: "llm".into(),
                         reward: report.reward,
-                        paid: report.reward > options.max_score,
+                        paid: report.reward > options.max_score
+                            && report.outcome.tampered().is_none(),
                         outcome: report.outcome,
                         elapsed: started.elapsed(),
                     };

@@ -338,6 +338,9 @@ impl<I> TrainMetrics<I> {
         if !self.rollouts.is_empty() {
             let rewards: Vec<f64> = self.rollouts.iter().map(|r| r.reward).collect();
             rec.insert("train/mean_reward".into(), LogValue::Number(mean(&rewards)));
+            for (k, v) in tampered_metrics(&self.rollouts) {
+                rec.insert(k.into(), LogValue::Number(v));
+            }
         }
         self.rollouts.clear();
 
@@ -439,9 +442,51 @@ impl<I> TrainMetrics<I> {
     }
 }
 
+/// `train/tampered` and `train/tampered_rate` of `rollouts`: tampered rollouts are in their
+/// groups at `tampered_reward`; how many there are, and their share, show whether the policy
+/// is learning to hack.
+fn tampered_metrics<I>(rollouts: &[ScoredRollout<I>]) -> [(&'static str, f64); 2] {
+    let tampered = rollouts
+        .iter()
+        .filter(|r| r.outcome.tampered().is_some())
+        .count() as f64;
+    [
+        ("train/tampered", tampered),
+        (
+            "train/tampered_rate",
+            tampered / rollouts.len().max(1) as f64,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::env::RewardOutcome;
+
+    #[test]
+    fn tampered_rollouts_are_counted_with_their_share() {
+        let rollout = |outcome| ScoredRollout {
+            item: std::sync::Arc::new(()),
+            task_id: String::new(),
+            run: Default::default(),
+            reward: 0.0,
+            outcome,
+        };
+        let tampered = RewardOutcome::Tampered {
+            message: "a process outlived the agent phase".into(),
+        };
+        let rollouts = [
+            rollout(tampered),
+            rollout(RewardOutcome::Scored),
+            rollout(RewardOutcome::Scored),
+            rollout(RewardOutcome::Scored),
+        ];
+        assert_eq!(
+            tampered_metrics(&rollouts),
+            [("train/tampered", 1.0), ("train/tampered_rate", 0.25)]
+        );
+    }
     use crate::llm::ToolCall;
 
     #[test]
