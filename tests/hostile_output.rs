@@ -16,9 +16,20 @@ use tokio::process::Command;
 /// An OSC title change, a clear-screen, a carriage return and a C1 CSI.
 const HOSTILE: &str = "\x1b]0;pwned\x07\x1b[2J\r\u{9b}31m";
 
-async fn run(args: &[&str], tmp: &Path) -> Output {
+/// Runs the example's `process` for one group of one rollout against the inference server at
+/// `url`, with `extra` flags, in `tmp`.
+async fn process(url: &str, extra: &[&str], tmp: &Path) -> Output {
     Command::new(common::example_bin("terminal_test"))
-        .args(args)
+        .args(["process", "--env.total_steps", "1", "--env.group_size", "1"])
+        .args(["--env.use_wandb", "false"])
+        .args(["--openai.base_url", url, "--openai.model_name", "M"])
+        .args([
+            "--openai.server_type",
+            "openai",
+            "--openai.health_check",
+            "false",
+        ])
+        .args(extra)
         .current_dir(tmp)
         .env("TMPDIR", tmp)
         .env("NO_COLOR", "1")
@@ -113,21 +124,6 @@ async fn raw_server(answer: Answer) -> String {
     format!("http://{addr}/v1")
 }
 
-fn server_args(url: &str) -> Vec<String> {
-    [
-        "--openai.base_url",
-        url,
-        "--openai.model_name",
-        "M",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
 /// Fails when `text` holds any control character other than a line's own `\n` or a tab (or
 /// the formatter's own colour escapes, `ESC [ … m`, which `NO_COLOR` turns off).
 fn assert_no_raw_controls(what: &str, text: &str) {
@@ -147,22 +143,7 @@ fn assert_no_raw_controls(what: &str, text: &str) {
 async fn a_servers_error_body_is_escaped_in_every_line_printed() {
     let url = raw_server(Answer::Error(format!("bad {HOSTILE}"))).await;
     let tmp = tempfile::tempdir().unwrap();
-    let mut args: Vec<String> = [
-        "process",
-        "--env.total_steps",
-        "1",
-        "--env.group_size",
-        "1",
-        "--env.use_wandb",
-        "false",
-        "--env.data_path_to_save_groups",
-        "out.jsonl",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(server_args(&url));
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&argv, tmp.path()).await;
+    let out = process(&url, &[], tmp.path()).await;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -190,22 +171,7 @@ async fn a_process_name_chosen_by_the_model_is_escaped_in_the_tripwire_line() {
     .await
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let mut args: Vec<String> = [
-        "process",
-        "--env.total_steps",
-        "1",
-        "--env.group_size",
-        "1",
-        "--env.use_wandb",
-        "false",
-        "--env.data_path_to_save_groups",
-        "out.jsonl",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(server_args(&server.base_url()));
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&argv, tmp.path()).await;
+    let out = process(&server.base_url(), &[], tmp.path()).await;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         stderr.contains("outlived the agent phase") && stderr.contains("evil\\x1b[2J"),
@@ -220,24 +186,8 @@ async fn an_inference_response_past_its_limit_is_refused_with_the_limit_named() 
     for answer in [Answer::Endless(200 << 20), Answer::Announced(600 << 20)] {
         let url = raw_server(answer).await;
         let tmp = tempfile::tempdir().unwrap();
-        let mut args: Vec<String> = [
-            "process",
-            "--env.total_steps",
-            "1",
-            "--env.group_size",
-            "1",
-            "--env.use_wandb",
-            "false",
-            "--env.max_rollout_retries",
-            "0",
-            "--env.llm_retries",
-            "0",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.extend(server_args(&url));
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = run(&argv, tmp.path()).await;
+        let no_retries = ["--env.max_rollout_retries", "0", "--env.llm_retries", "0"];
+        let out = process(&url, &no_retries, tmp.path()).await;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!out.status.success(), "no group can be made: {stderr}");
         assert!(
