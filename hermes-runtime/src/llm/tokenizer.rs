@@ -567,6 +567,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn the_fingerprint_is_stable_and_changes_with_what_renders_the_tokens() {
+        let a = ChatTokenizer::builtin().fingerprint();
+        assert_eq!(a.len(), 64, "{a}");
+        assert_eq!(
+            a,
+            ChatTokenizer::builtin().fingerprint(),
+            "same files, same print"
+        );
+        let mut kwargs = Map::new();
+        kwargs.insert("enable_thinking".into(), json!(false));
+        let with_kwargs = ChatTokenizer::builtin()
+            .with_template_kwargs(kwargs)
+            .fingerprint();
+        assert_ne!(a, with_kwargs, "template variables change the tokens");
+    }
+
+    #[test]
     fn builtin_is_one_token_per_byte_with_chatml_specials() {
         let t = ChatTokenizer::builtin();
         assert_eq!(t.encode("hi", true).unwrap(), vec![104, 105]);
