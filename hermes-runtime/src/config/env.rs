@@ -243,7 +243,7 @@ config_section! {
         /// Seconds in-flight rollouts get to finish after the first SIGINT/SIGTERM before they are cancelled (a second signal cancels at once).
         #[range(0, SECONDS_MAX)]
         shutdown_grace: f64 = 30.0,
-        /// serve: directory where groups the trajectory API could not take at shutdown are spooled, and resent by the next start of the same env (null = ~/.local/state/hermes-env/outbox).
+        /// serve: directory where groups the trajectory API could not take at shutdown are spooled, and resent by the next start of the same env with the same models, tokenizer and trainer run; spools of another identity are moved to its stale/ sub-directory (null = ~/.local/state/hermes-env/outbox).
         outbox_spool_dir: Option<String> = None,
         /// serve: size limit of the spooled outbox in MiB; the oldest groups beyond it are dropped (counted as lost).
         #[range(0, 1_048_576)]

@@ -287,6 +287,47 @@ impl ChatTokenizer {
         Ok(self)
     }
 
+    /// What decides the tokens this tokenizer produces, as a sha256 hex digest: the
+    /// tokenizer itself (its `tokenizer.json` serialisation), every chat template, which one
+    /// renders, the special tokens and the template variables. Spooled groups carry it so a
+    /// later run with another tokenizer or template does not send them (`serve`'s spool).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let mut part = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        part(
+            self.tokenizer
+                .to_string(false)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        let mut templates: Vec<(String, String)> = self
+            .templates
+            .templates()
+            .map(|(name, t)| (name.to_owned(), t.source().to_owned()))
+            .collect();
+        templates.sort();
+        for (name, source) in templates {
+            part(name.as_bytes());
+            part(source.as_bytes());
+        }
+        part(format!("{:?}", self.choice).as_bytes());
+        part(
+            Value::Object(self.special_tokens.clone())
+                .to_string()
+                .as_bytes(),
+        );
+        part(
+            Value::Object(self.template_kwargs.clone())
+                .to_string()
+                .as_bytes(),
+        );
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Token ids of a rendered chat: `add_special_tokens=False`, as transformers'
     /// `apply_chat_template(tokenize=True)` encodes (the template writes its own BOS).
     pub fn encode_rendered(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
@@ -524,6 +565,23 @@ pub struct PreparedChat {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_fingerprint_is_stable_and_changes_with_what_renders_the_tokens() {
+        let a = ChatTokenizer::builtin().fingerprint();
+        assert_eq!(a.len(), 64, "{a}");
+        assert_eq!(
+            a,
+            ChatTokenizer::builtin().fingerprint(),
+            "same files, same print"
+        );
+        let mut kwargs = Map::new();
+        kwargs.insert("enable_thinking".into(), json!(false));
+        let with_kwargs = ChatTokenizer::builtin()
+            .with_template_kwargs(kwargs)
+            .fingerprint();
+        assert_ne!(a, with_kwargs, "template variables change the tokens");
+    }
 
     #[test]
     fn builtin_is_one_token_per_byte_with_chatml_specials() {

@@ -185,6 +185,11 @@ impl Runtime {
         &self.config
     }
 
+    /// Where the trainer tokens come from (serve's spool records which tokenizer made them).
+    pub fn token_source(&self) -> &TokenSource {
+        &self.tokens
+    }
+
     /// The inference client (chat completions; its pool is shared with `/generate`).
     pub fn llm(&self) -> &LlmClient {
         &self.llm

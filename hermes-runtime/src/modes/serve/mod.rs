@@ -16,7 +16,7 @@ pub mod policy;
 mod session;
 mod workers;
 
-pub(crate) use outbox::Spool;
+pub use outbox::{Spool, SpoolIdentity, StaleSpool, TrainerRun, STALE_DIR};
 pub(crate) use policy::{boundary_crossed, should_pause, should_stop, worker_cap, CapInputs};
 
 use std::collections::BTreeMap;
@@ -49,6 +49,8 @@ pub struct ServeOptions {
     pub env_name: String,
     /// Model name written in eval results.
     pub model_name: String,
+    /// Every inference server's model name (the spool's identity); `[model_name]` by default.
+    pub model_names: Vec<String>,
     /// Pause between registration and the main loop (upstream: 5 s).
     pub startup_delay: Duration,
     /// Main-loop period (upstream: 0.1 s).
@@ -67,6 +69,7 @@ impl ServeOptions {
         ServeOptions {
             env_name: env_name.to_owned(),
             model_name: model_name.to_owned(),
+            model_names: vec![model_name.to_owned()],
             startup_delay: Duration::from_secs(5),
             tick: Duration::from_millis(100),
             retry: RetryPolicy::default(),
@@ -133,6 +136,8 @@ struct Loop<E: Environment> {
     outbox: Outbox,
     /// Where undelivered groups go at exit.
     spool: Spool,
+    /// Who this run's groups are made by and for; the spool resends only its own.
+    identity: SpoolIdentity,
     /// The run's stop request.
     shutdown: Shutdown,
     /// Items that produced no group (`<name>.failures.jsonl`), with the groups file.
@@ -167,6 +172,7 @@ pub async fn main<E: Environment>(
         .map(|s| s.model_name.clone())
         .unwrap_or_default();
     let mut opts = ServeOptions::new(name, &model);
+    opts.model_names = cfg.servers.iter().map(|s| s.model_name.clone()).collect();
     if cfg.env.use_wandb {
         opts.wandb_config = Some(crate::config::redact::redacted_env_map(cfg));
     }
@@ -204,8 +210,9 @@ pub async fn run_serve<E: Environment>(
         session.desired_name(),
         config.outbox_spool_max_mb,
     );
+    let identity = spool_identity(&session, &opts, &rt).await;
     let mut summary = ServeSummary::default();
-    let outbox = resume_spooled(&spool, session.desired_name(), &mut summary);
+    let outbox = resume_spooled(&spool, &identity, &mut summary);
     if shutdown
         .unless_requested(tokio::time::sleep(opts.startup_delay))
         .await
@@ -224,6 +231,7 @@ pub async fn run_serve<E: Environment>(
         status: None,
         outbox,
         spool,
+        identity,
         shutdown: shutdown.clone(),
         failures,
         drops: Drops::default(),
@@ -250,10 +258,40 @@ fn open_sink(config: &HermesEnvConfig) -> anyhow::Result<Option<JsonlWriter>> {
     Ok(Some(sink))
 }
 
-/// An outbox holding the groups an earlier run of env `name` spooled (sent first).
-fn resume_spooled(spool: &Spool, name: &str, summary: &mut ServeSummary) -> Outbox {
+/// This run's spool identity: the registered name, the models, the tokenizer that makes the
+/// trainer tokens and the trainer run the API reports (`/wandb_info`, `checkpoint_dir`).
+async fn spool_identity(session: &Session, opts: &ServeOptions, rt: &Runtime) -> SpoolIdentity {
+    let tokenizer = match rt.token_source() {
+        super::rollout::TokenSource::Placeholder => "placeholder".to_owned(),
+        super::rollout::TokenSource::Retokenized(t) => t.fingerprint(),
+        super::rollout::TokenSource::Managed(p) => p.tokenizer.fingerprint(),
+    };
+    let (wandb_project, wandb_group) = match session.api().wandb_info().await {
+        Ok(w) => (w.project, w.group),
+        Err(e) => {
+            warn!(
+                "GET /wandb_info failed: {e}; the spool identity records no wandb project or group"
+            );
+            (None, None)
+        }
+    };
+    SpoolIdentity {
+        env: session.desired_name().to_owned(),
+        models: opts.model_names.clone(),
+        tokenizer,
+        trainer: TrainerRun {
+            wandb_project,
+            wandb_group,
+            checkpoint_dir: session.registration().checkpoint_dir.clone(),
+        },
+    }
+}
+
+/// An outbox holding the groups an earlier run with identity `me` spooled (sent first).
+fn resume_spooled(spool: &Spool, me: &SpoolIdentity, summary: &mut ServeSummary) -> Outbox {
+    let name = &me.env;
     let mut outbox = Outbox::default();
-    match spool.take() {
+    match spool.take(me) {
         Ok(groups) if !groups.is_empty() => {
             info!(
                 "resending {} groups an earlier run of '{}' could not deliver (spooled in {})",
@@ -656,7 +694,7 @@ impl<E: Environment> Loop<E> {
         if left.is_empty() {
             return;
         }
-        match self.spool.save(&left) {
+        match self.spool.save(&left, &self.identity) {
             Ok((kept, dropped, path)) => {
                 self.summary.groups_spooled += kept;
                 self.summary.groups_lost += dropped;
