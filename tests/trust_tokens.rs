@@ -313,15 +313,7 @@ async fn a_list_form_chat_template_is_chosen_as_transformers_chooses_it() {
         .await
         .unwrap();
     let phase2 = hermes_runtime::llm::Phase2 {
-        client: hermes_runtime::llm::GenerateClient::new(
-            &[hermes_runtime::config::ApiServerConfig {
-                base_url: Some(server.base_url()),
-                server_type: hermes_runtime::config::ServerType::Vllm,
-                ..Default::default()
-            }],
-            hermes_runtime::llm::RetryPolicy::default(),
-        )
-        .unwrap(),
+        client: vllm_client(&server),
         tokenizer: Arc::clone(&tok),
         parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: true,
@@ -517,15 +509,7 @@ async fn phase2_masks_a_cut_completion_when_asked() {
         .await
         .unwrap();
     let phase2 = hermes_runtime::llm::Phase2 {
-        client: hermes_runtime::llm::GenerateClient::new(
-            &[hermes_runtime::config::ApiServerConfig {
-                base_url: Some(server.base_url()),
-                server_type: hermes_runtime::config::ServerType::Vllm,
-                ..Default::default()
-            }],
-            hermes_runtime::llm::RetryPolicy::default(),
-        )
-        .unwrap(),
+        client: vllm_client(&server),
         tokenizer: Arc::new(ChatTokenizer::builtin()),
         parser: hermes_runtime::parsers::get("hermes").unwrap(),
         preserve_think_blocks: false,
@@ -563,4 +547,17 @@ async fn phase2_masks_a_cut_completion_when_asked() {
     );
     assert!(node.logprobs.iter().all(|&l| l == 1.0));
     assert_eq!(usage.prompt_tokens, Some((node.tokens.len() - 4) as u64));
+}
+
+/// A `/generate` client of the scripted server, as a vLLM server.
+fn vllm_client(server: &ScriptedServer) -> hermes_runtime::llm::GenerateClient {
+    hermes_runtime::llm::GenerateClient::new(
+        &[hermes_runtime::config::ApiServerConfig {
+            base_url: Some(server.base_url()),
+            server_type: hermes_runtime::config::ServerType::Vllm,
+            ..Default::default()
+        }],
+        hermes_runtime::llm::RetryPolicy::default(),
+    )
+    .unwrap()
 }

@@ -9,25 +9,12 @@ templates in tokenizer_config.json) is chosen by transformers itself. ANSWER: {"
 [{"text", "ids"} or {"error"}], "texts": [ids, ...]} (texts encoded with add_special_tokens=False).
 """
 
-import copy
 import json
 import sys
 
 from transformers import AutoTokenizer
 
-
-def vllm_messages(messages):
-    """What vLLM hands the template: tool-call arguments decoded from JSON strings."""
-    out = copy.deepcopy(messages)
-    for m in out:
-        for call in m.get("tool_calls") or []:
-            args = call["function"].get("arguments")
-            if isinstance(args, str):
-                try:
-                    call["function"]["arguments"] = json.loads(args)
-                except ValueError:
-                    pass
-    return out
+from reference import vllm_messages  # the same conversion the conformance test uses
 
 
 def main():
