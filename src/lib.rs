@@ -86,7 +86,11 @@ pub mod prelude {
         ReferenceSolution, SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
-    pub use serde::{Deserialize, Serialize};
+    // The traits from serde, the derives from hermes-macros (serde's own derives need the
+    // caller's crate to depend on serde).
+    pub use hermes_macros::{Deserialize, Serialize};
+    pub use serde::de::Deserialize;
+    pub use serde::ser::Serialize;
     pub use serde_json::json;
 }
 
