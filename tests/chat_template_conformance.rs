@@ -34,7 +34,7 @@ const TEMPLATES: [&str; 10] = [
 ];
 
 /// Why a template refuses a conversation, as transformers raises it (and we must too).
-const REFUSALS: [(&str, &str, &str); 4] = [
+const REFUSALS: [(&str, &str, &str); 6] = [
     (
         "llama3.1",
         "tool_calls_and_results",
@@ -43,6 +43,16 @@ const REFUSALS: [(&str, &str, &str); 4] = [
     (
         "llama3.2",
         "tool_calls_and_results",
+        "only supports single tool-calls",
+    ),
+    (
+        "llama3.1",
+        "reasoning_and_parallel_calls",
+        "only supports single tool-calls",
+    ),
+    (
+        "llama3.2",
+        "reasoning_and_parallel_calls",
         "only supports single tool-calls",
     ),
     ("mistral-nemo", "one_call_per_turn", "roles must alternate"),

@@ -40,7 +40,7 @@ const VARIANTS: [(&str, &str); 6] = [
 
 /// Why a template refuses a conversation, as transformers raises it (and we must too): Gemma's
 /// template has no system role and wants user and model turns to alternate.
-const REFUSALS: [(&str, &str, &str); 6] = [
+const REFUSALS: [(&str, &str, &str); 7] = [
     (
         "gemma3",
         "first_turn_with_tools",
@@ -59,6 +59,11 @@ const REFUSALS: [(&str, &str, &str); 6] = [
     ),
     ("gemma3", "one_call_per_turn", "roles must alternate"),
     ("gemma3", "one_call_per_turn/phase2", "roles must alternate"),
+    (
+        "gemma3",
+        "reasoning_and_parallel_calls",
+        "roles must alternate",
+    ),
 ];
 
 /// Where the Phase 2 prompt is transformers' prompt less its first token, with the reason: the
