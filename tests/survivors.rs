@@ -3,11 +3,15 @@
 //! records kept in this process (pid and kernel start time) and the kernel's view of each
 //! process (its executable and command line) — never from files in the sandbox. A reward writer
 //! spared by forged process-tool state files is killed and the rollout tampered; a background
-//! process the tool started is stopped without a wire.
+//! process the tool started is stopped without a wire; a service the task declares
+//! (`SandboxSpec::allow_survivor`) still answers when the verifier runs, while an undeclared
+//! process, and one that imitates the service's command line from another executable, are
+//! killed and fire the wire.
 
 mod common;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use hermes_env::prelude::*;
 use hermes_env::RewardOutcome;
@@ -15,14 +19,44 @@ use hermes_runtime::llm::Split;
 use hermes_runtime::testing::{Kit, Reply};
 use serde_json::Value;
 
-/// One task: `~/answer.txt` must say 42.
+/// One task: `~/answer.txt` must say 42, read from the file or, when the task asks for a
+/// service, over HTTP from the `http.server` the agent leaves running on `port`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
     n: u32,
+    /// The port of the service the task asks for (declared as a survivor), if any.
+    port: Option<u16>,
+    /// A word of the command lines the verifier looks for among the live processes (recorded
+    /// in [`SEEN`]).
+    watch: String,
 }
 
-/// Reads the answer with the system's Python from the home, the verifier a background writer
-/// would race.
+impl Answer {
+    fn file() -> Self {
+        Answer {
+            n: 42,
+            port: None,
+            watch: String::new(),
+        }
+    }
+}
+
+/// The command lines containing an item's `watch` word that its verifier saw running, by word.
+static SEEN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// What the verifier of the item watching `watch` saw running.
+fn seen_by_verifier(watch: &str) -> Option<String> {
+    SEEN.lock()
+        .unwrap()
+        .iter()
+        .find(|(w, _)| w == watch)
+        .map(|(_, seen)| seen.clone())
+}
+
+/// The service a task may ask for: Python's `http.server` serving the home.
+const SERVICE: &str = "*python3 -m http.server *";
+
+/// Reads the answer with the system's Python, from the home or from the task's service.
 #[hermes_env(name = "survivors", toolsets = ["terminal"], max_agent_turns = 6, main = false)]
 pub struct Verified {
     next: u32,
@@ -32,11 +66,24 @@ pub struct Verified {
 impl Verified {
     async fn get_next_item(&mut self) -> Option<Answer> {
         self.next += 1;
-        (self.next == 1).then_some(Answer { n: 42 })
+        (self.next == 1).then(Answer::file)
     }
 
     fn format_prompt(&self, item: &Answer) -> String {
-        format!("Write {} to ~/answer.txt.", item.n)
+        match item.port {
+            Some(port) => format!(
+                "Write {} to ~/answer.txt and serve the home over HTTP on port {port} with python3 -m http.server; leave the server running.",
+                item.n
+            ),
+            None => format!("Write {} to ~/answer.txt.", item.n),
+        }
+    }
+
+    fn sandbox_spec(&self, item: &Answer) -> SandboxSpec {
+        match item.port {
+            Some(_) => SandboxSpec::default().allow_survivor(PYTHON, SERVICE),
+            None => SandboxSpec::default(),
+        }
     }
 
     async fn compute_reward(
@@ -45,12 +92,25 @@ impl Verified {
         _run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<f64> {
-        let out = ctx
-            .terminal(&format!(
-                "{PYTHON} -c 'print(open(\"answer.txt\").read().strip() == \"{}\")'",
+        if !item.watch.is_empty() {
+            let seen = ctx
+                .terminal(&format!(
+                    "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); case \"$c\" in *'{}'*) echo \"$c\";; esac; done",
+                    item.watch
+                ))
+                .await?;
+            SEEN.lock()
+                .unwrap()
+                .push((item.watch.clone(), seen.output.clone()));
+        }
+        let read = match item.port {
+            Some(port) => format!(
+                "import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:{port}/answer.txt\", timeout=10).read().decode().strip() == \"{}\")",
                 item.n
-            ))
-            .await?;
+            ),
+            None => format!("print(open(\"answer.txt\").read().strip() == \"{}\")", item.n),
+        };
+        let out = ctx.terminal(&format!("{PYTHON} -c '{read}'")).await?;
         Ok(if out.output == "True" { 1.0 } else { 0.0 })
     }
 }
@@ -161,14 +221,18 @@ async fn forged_state_files_spare_nothing(backend: Backend) {
         Backend::Docker => "/tmp/writer.pid".to_owned(),
     };
     let kit = kit(backend, forged_bookkeeping(&pid_file)).await;
-    let report = kit.run_item(Answer { n: 42 }, Split::Train).await;
+    let report = kit.run_item(Answer::file(), Split::Train).await;
     let forged = report
         .run
         .messages
         .iter()
         .any(|m| m.role == "tool" && m.content.contains("forged"));
     let survived = matches!(backend, Backend::Local) && end_leftover(Path::new(&pid_file));
-    assert!(forged, "{backend:?}: the exploit ran: {:?}", report.run.messages);
+    assert!(
+        forged,
+        "{backend:?}: the exploit ran: {:?}",
+        report.run.messages
+    );
     let RewardOutcome::Tampered { message } = &report.outcome else {
         panic!(
             "{backend:?}: expected tampered, got {:?} with reward {}",
@@ -191,4 +255,184 @@ async fn forged_process_state_files_spare_nothing_locally() {
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_process_state_files_spare_nothing_in_docker() {
     forged_state_files_spare_nothing(Backend::Docker).await;
+}
+
+/// A free port on this host's loopback (the local backend's services bind there; in a
+/// container any port is free).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Starts the task's service through the process tool and waits until it answers.
+fn serve(port: u16) -> [(&'static str, Value); 2] {
+    [
+        (
+            "terminal",
+            json!({"command": format!("{PYTHON} -m http.server {port} --bind 127.0.0.1"), "background": true}),
+        ),
+        (
+            "terminal",
+            json!({"command": format!(
+                "echo 42 > ~/answer.txt; for i in $(seq 200); do {PYTHON} -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:{port}/\", timeout=1)' 2>/dev/null && break; sleep 0.05; done; echo serving"
+            )}),
+        ),
+    ]
+}
+
+/// The process tool's own background process is stopped before verification without a wire,
+/// on each backend.
+async fn a_tool_process_is_stopped_without_a_wire(backend: Backend, watch: &str) {
+    require_python();
+    let calls = vec![
+        (
+            "terminal",
+            json!({"command": format!("sleep {watch}"), "background": true}),
+        ),
+        ("terminal", json!({"command": "echo 42 > ~/answer.txt"})),
+    ];
+    let kit = kit(backend, calls).await;
+    let item = Answer {
+        watch: watch.to_owned(),
+        ..Answer::file()
+    };
+    let report = kit.run_item(item, Split::Train).await;
+    assert_eq!(
+        (report.reward, &report.outcome),
+        (1.0, &RewardOutcome::Scored),
+        "{backend:?}"
+    );
+    let seen = seen_by_verifier(watch).expect("the verifier ran");
+    assert!(
+        !seen.contains(&format!("sleep {watch}")),
+        "{backend:?}: the background sleep was stopped before verification: {seen}"
+    );
+}
+
+#[tokio::test]
+async fn a_process_tool_background_process_is_stopped_without_a_wire_locally() {
+    a_tool_process_is_stopped_without_a_wire(Backend::Local, "7301").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_tool_background_process_is_stopped_without_a_wire_in_docker() {
+    a_tool_process_is_stopped_without_a_wire(Backend::Docker, "7302").await;
+}
+
+/// A declared service keeps running through verification and the rollout is scored from it,
+/// while another background process of the same rollout is stopped.
+async fn a_declared_service_survives(backend: Backend, watch: &str) {
+    require_python();
+    let port = free_port();
+    let mut calls = vec![(
+        "terminal",
+        json!({"command": format!("sleep {watch}"), "background": true}),
+    )];
+    calls.extend(serve(port));
+    let kit = kit(backend, calls).await;
+    let item = Answer {
+        n: 42,
+        port: Some(port),
+        watch: watch.to_owned(),
+    };
+    let report = kit.run_item(item, Split::Train).await;
+    assert_eq!(
+        (report.reward, &report.outcome),
+        (1.0, &RewardOutcome::Scored),
+        "{backend:?}: the verifier read the answer from the service"
+    );
+    let seen = seen_by_verifier(watch).expect("the verifier ran");
+    assert!(
+        !seen.contains(&format!("sleep {watch}")),
+        "{backend:?}: the undeclared background sleep was stopped: {seen}"
+    );
+}
+
+#[tokio::test]
+async fn a_declared_service_outlives_the_agent_phase_locally() {
+    a_declared_service_survives(Backend::Local, "7303").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_declared_service_outlives_the_agent_phase_in_docker() {
+    a_declared_service_survives(Backend::Docker, "7304").await;
+}
+
+/// Next to a declared service, an undeclared daemon of the agent's own is still killed and
+/// fires the wire, and one that imitates the service's command line from a copy of the
+/// interpreter (another executable) is killed too; the wire names both and not the service.
+async fn only_the_declared_service_survives(backend: Backend) {
+    require_python();
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_dir = match backend {
+        Backend::Local => tmp.path().display().to_string(),
+        Backend::Docker => "/tmp".to_owned(),
+    };
+    let (port, imitated) = (free_port(), free_port());
+    let mut calls = serve(port).to_vec();
+    calls.push((
+        "terminal",
+        json!({"command": format!(
+            "nohup setsid sleep 7305 >/dev/null 2>&1 < /dev/null & echo $! > {pid_dir}/daemon.pid; \
+             cp \"$(readlink -f {PYTHON})\" ~/python3; \
+             nohup setsid bash -c 'echo $$ > {pid_dir}/imitator.pid; exec -a {PYTHON} ~/python3 -m http.server {imitated} --bind 127.0.0.1' >/dev/null 2>&1 < /dev/null & \
+             for i in $(seq 200); do {PYTHON} -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:{imitated}/\", timeout=1)' 2>/dev/null && break; sleep 0.05; done; \
+             tr '\\0' ' ' < /proc/$(cat {pid_dir}/imitator.pid)/cmdline; echo"
+        )}),
+    ));
+    let kit = kit(backend, calls).await;
+    let item = Answer {
+        n: 42,
+        port: Some(port),
+        watch: String::new(),
+    };
+    let report = kit.run_item(item, Split::Train).await;
+    let imitation = format!("{PYTHON} -m http.server {imitated} --bind 127.0.0.1");
+    assert!(
+        report
+            .run
+            .messages
+            .iter()
+            .any(|m| m.role == "tool" && m.content.contains(&imitation)),
+        "{backend:?}: the imitator ran with the service's command line: {:?}",
+        report.run.messages
+    );
+    let survived: Vec<String> = match backend {
+        Backend::Local => ["daemon.pid", "imitator.pid"]
+            .into_iter()
+            .filter(|f| end_leftover(&tmp.path().join(f)))
+            .map(str::to_owned)
+            .collect(),
+        Backend::Docker => Vec::new(),
+    };
+    let RewardOutcome::Tampered { message } = &report.outcome else {
+        panic!(
+            "{backend:?}: expected tampered, got {:?} with reward {}",
+            report.outcome, report.reward
+        );
+    };
+    assert_eq!(report.reward, 0.0);
+    assert!(
+        message.contains("2 process(es) outlived")
+            && message.contains("sleep 7305")
+            && message.contains(&imitation)
+            && !message.contains(&format!("http.server {port}")),
+        "{backend:?}: the daemon and the imitator are named, the service is not: {message}"
+    );
+    assert!(
+        survived.is_empty(),
+        "{backend:?}: {survived:?} outlived the run"
+    );
+}
+
+#[tokio::test]
+async fn only_the_declared_service_survives_locally() {
+    only_the_declared_service_survives(Backend::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_declared_service_survives_in_docker() {
+    only_the_declared_service_survives(Backend::Docker).await;
 }

@@ -100,6 +100,7 @@ pub struct LeftoverKill {
 /// that tell the `process` tool's own processes and the declared survivors from the rest:
 /// `field PID KEY` sets `hv` to a `/proc/PID/status` value; `stat_of PID` sets `pp`, `sg` and
 /// `st` (parent, process group, start time) from `/proc/PID/stat` and fails when it is gone;
+/// `args_of PID` sets `sa` to its arguments joined by single spaces;
 /// `owned PID` is true when PID or one of its ancestors is one of `own` (pid and start time
 /// both equal, read now); `survivor PID` is true when PID executes one of the survivors' files
 /// with a matching command line.
@@ -120,14 +121,13 @@ pub(crate) fn shell_functions(rules: &LeftoverRules) -> String {
     let survivor = if checks.is_empty() {
         "survivor() { return 1; }".to_owned()
     } else {
-        format!(
-            "survivor() {{ sa=; sx=; while IFS= read -r -d '' sx || [ -n \"$sx\" ]; do sa=\"$sa $sx\"; sx=; done 2>/dev/null < \"/proc/$1/cmdline\"; sa=${{sa# }}\n{checks}  return 1; }}"
-        )
+        format!("survivor() {{ args_of \"$1\"\n{checks}  return 1; }}")
     };
     format!(
         r#"own=' {own} '
 field() {{ hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }}
 stat_of() {{ local IFS=' '; pp=; sg=; st=; read -r sl 2>/dev/null < "/proc/$1/stat" || return 1; sl=${{sl##*) }}; set -- $sl; pp=$2; sg=$3; st=${{20}}; [ -n "$st" ]; }}
+args_of() {{ sa=; sx=; while IFS= read -r -d '' sx || [ -n "$sx" ]; do sa="$sa $sx"; sx=; done 2>/dev/null < "/proc/$1/cmdline"; sa=${{sa# }}; }}
 owned() {{ q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do stat_of "$q" || return 1; case "$own" in *" $q:$st "*) return 0;; esac; q=$pp; done; return 1; }}
 {survivor}
 "#,

@@ -13,7 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::{state_dir, Tool, ToolCallContext};
 use crate::llm::ToolSchema;
-use crate::sandbox::{shell_functions, ExecRequest, LeftoverRules, OwnProcess, Sandbox, SandboxError};
+use crate::sandbox::{
+    shell_functions, ExecRequest, LeftoverRules, OwnProcess, Sandbox, SandboxError,
+};
 
 /// Rolling output buffer per process, in bytes read from the end of its log.
 const LOG_BUFFER: usize = 200_000;

@@ -43,8 +43,8 @@ use crate::sandbox::files::links::check_no_link_ancestors;
 use crate::sandbox::integrity::leftovers::{
     kill_local_leftovers, Birth, FrameworkShell, KeptSurvivor,
 };
-use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
+use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
 /// that closed the stream, or a daemon that keeps writing).

@@ -14,12 +14,14 @@ use super::tripwire::wire_exec;
 /// [`shell_functions`] of the rules. Everything but init (pid 1), the container's entrypoint
 /// (the first child of init), this script with its own children and the survivors is stopped,
 /// in rounds until a round finds nothing new, then killed with SIGKILL; a last sweep of up to
-/// three rounds kills whatever still escaped. Prints `own PID NAME` for each of the tool's own
-/// processes and those below them, `left PID NAME` for every other killed process and
-/// `kept PID PGID NAME` for each survivor. Only shell builtins are used: the agent may have
+/// three rounds kills whatever still escaped. Prints `own PID COMMAND` for each of the tool's
+/// own processes and those below them, `left PID COMMAND` for every other killed process and
+/// `kept PID PGID COMMAND` for each survivor (the command line's first 120 characters, or
+/// `[name]` when it has none). Only shell builtins are used: the agent may have
 /// replaced any program on `PATH`.
 pub const LEFTOVER_SCRIPT: &str = r#"me=$$; entry=
 for d in /proc/[0-9]*; do p=${d#/proc/}; field "$p" PPid; [ "$hv" = 1 ] && { [ -z "$entry" ] || [ "$p" -lt "$entry" ]; } && entry=$p; done
+name_of() { args_of "$1"; [ -n "$sa" ] || { read -r sa 2>/dev/null < "/proc/$1/comm"; sa="[$sa]"; }; sa=${sa//$'\n'/ }; cmd=${sa:0:120}; }
 spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; field "$q" PPid; q=$hv; done; return 1; }
 seen=' '; held=
 for round in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do
@@ -31,7 +33,7 @@ for round in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do
     field "$p" State
     [ "$hv" = Z ] && continue
     spared "$p" && continue
-    cmd=; read -r cmd 2>/dev/null < "$d/comm"
+    name_of "$p"
     if survivor "$p"; then stat_of "$p"; echo "kept $p ${sg:-0} $cmd"; seen="$seen$p "; continue; fi
     kill -STOP "$p" 2>/dev/null || continue
     seen="$seen$p "; held="$held $p"; found=1
@@ -49,7 +51,7 @@ for round in 1 2 3; do
     field "$p" State
     [ "$hv" = Z ] && continue
     spared "$p" && continue
-    cmd=; read -r cmd 2>/dev/null < "$d/comm"
+    name_of "$p"
     kill -KILL "$p" 2>/dev/null && { echo "left $p $cmd"; found=1; }
   done
   [ -z "$found" ] && break
@@ -76,7 +78,11 @@ fn parse(output: &str) -> (LeftoverKill, Vec<i32>) {
     for line in output.lines() {
         let mut words = line.trim().splitn(2, ' ');
         let (kind, rest) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-        let pid_first = |rest: &str| rest.split(' ').next().is_some_and(|p| p.parse::<u32>().is_ok());
+        let pid_first = |rest: &str| {
+            rest.split(' ')
+                .next()
+                .is_some_and(|p| p.parse::<u32>().is_ok())
+        };
         match kind {
             "left" if pid_first(rest) => kill.leftovers.push(rest.to_owned()),
             "own" if pid_first(rest) => kill.own += 1,

@@ -60,7 +60,8 @@ pub(crate) fn kill_local_leftovers(
             }
             if survivors.admit(p.pid) {
                 seen.insert(p.pid);
-                kill.survivors.push(format!("{} {}", p.pid, command_line(p.pid)));
+                kill.survivors
+                    .push(format!("{} {}", p.pid, command_line(p.pid)));
                 kept.push(KeptSurvivor {
                     pid: p.pid,
                     started: p.started,
@@ -516,7 +517,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(process_row(pid).is_some(), "its /proc row is read");
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth).0.leftovers;
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -547,10 +550,14 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let registered = FrameworkShell::register(pid);
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth).0.leftovers;
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         assert!(killed.is_empty(), "{killed:?}");
         drop(registered);
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth).0.leftovers;
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -595,7 +602,9 @@ mod tests {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();
-                        kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), birth).0.leftovers
+                        kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), birth)
+                            .0
+                            .leftovers
                     })
                 })
                 .collect();

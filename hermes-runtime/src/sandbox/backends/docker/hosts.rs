@@ -380,7 +380,8 @@ impl Sandbox for PlacedSandbox {
         &self,
         rules: &LeftoverRules,
     ) -> Result<LeftoverKill, SandboxError> {
-        self.guarded(self.inner.kill_leftover_processes(rules)).await
+        self.guarded(self.inner.kill_leftover_processes(rules))
+            .await
     }
     async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
         self.guarded(self.inner.changed_paths()).await
