@@ -16,7 +16,9 @@ use std::sync::Mutex;
 use hermes_env::prelude::*;
 use hermes_env::RewardOutcome;
 use hermes_runtime::llm::Split;
-use hermes_runtime::testing::{Kit, Reply};
+use hermes_runtime::testing::{
+    exploit_library, HackOptions, Kit, ReferenceBook, ReferencePolicy, Reply,
+};
 use serde_json::Value;
 
 /// One task: `~/answer.txt` must say 42, read from the file or, when the task asks for a
@@ -435,4 +437,86 @@ async fn only_the_declared_service_survives_locally() {
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_declared_service_survives_in_docker() {
     only_the_declared_service_survives(Backend::Docker).await;
+}
+
+/// A verifier that resets its reward file, writes its verdict there and reads it back a
+/// moment later: only a process of the agent's still running by then can change what it reads.
+#[hermes_env(name = "reward-file-verifier", toolsets = ["terminal"], max_agent_turns = 4, main = false)]
+pub struct RewardFile {
+    next: u32,
+}
+
+#[hermes_env::hooks]
+impl RewardFile {
+    async fn get_next_item(&mut self) -> Option<Answer> {
+        self.next += 1;
+        (self.next == 1).then(Answer::file)
+    }
+
+    fn format_prompt(&self, item: &Answer) -> String {
+        format!("Write {} to ~/answer.txt.", item.n)
+    }
+
+    async fn compute_reward(
+        &self,
+        item: &Answer,
+        _run: &AgentResult,
+        ctx: &ToolContext,
+    ) -> Result<f64> {
+        let out = ctx
+            .terminal(&format!(
+                "rm -f ~/reward.txt; if grep -qx {} ~/answer.txt; then echo 1; else echo 0; fi > ~/reward.txt; sleep 0.5; cat ~/reward.txt",
+                item.n
+            ))
+            .await?;
+        Ok(out.output.trim().parse().unwrap_or(0.0))
+    }
+}
+
+/// The `hack` library plays class 5 (`forged-process-state`): the reward writer it names in
+/// the process tool's state files is killed and the exploit caught, on each backend.
+async fn hack_catches_forged_process_state(backend: Backend) {
+    let book = ReferenceBook::default();
+    let builder = Kit::<RewardFile>::builder().policy(ReferencePolicy::new(book.clone()));
+    let builder = match backend {
+        Backend::Local => builder,
+        Backend::Docker => {
+            common::docker::require_docker();
+            builder.args([
+                "--env.terminal_backend",
+                "docker",
+                "--env.docker_image",
+                common::docker::IMAGE,
+            ])
+        }
+    };
+    let mut kit = builder.start().await.unwrap();
+    let options = HackOptions {
+        exploits: exploit_library()
+            .into_iter()
+            .filter(|e| e.name == "forged-process-state")
+            .collect(),
+        ..HackOptions::default()
+    };
+    assert_eq!(options.exploits.len(), 1, "the library has the exploit");
+    let report = kit.hack(&book, &options).await;
+    assert_eq!(report.rows.len(), 1, "{backend:?}");
+    let row = &report.rows[0];
+    let RewardOutcome::Tampered { message } = &row.outcome else {
+        panic!("{backend:?}: expected caught, got {row:?}");
+    };
+    assert!(
+        !row.paid && message.contains("daemon.sh"),
+        "{backend:?}: the writer is killed and named: {message}"
+    );
+}
+
+#[tokio::test]
+async fn hack_catches_forged_process_state_locally() {
+    hack_catches_forged_process_state(Backend::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hack_catches_forged_process_state_in_docker() {
+    hack_catches_forged_process_state(Backend::Docker).await;
 }

@@ -128,10 +128,18 @@ pub(crate) fn shell_functions(rules: &LeftoverRules) -> String {
 field() {{ hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }}
 stat_of() {{ local IFS=' '; pp=; sg=; st=; read -r sl 2>/dev/null < "/proc/$1/stat" || return 1; sl=${{sl##*) }}; set -- $sl; pp=$2; sg=$3; st=${{20}}; [ -n "$st" ]; }}
 args_of() {{ sa=; sx=; while IFS= read -r -d '' sx || [ -n "$sx" ]; do sa="$sa $sx"; sx=; done 2>/dev/null < "/proc/$1/cmdline"; sa=${{sa# }}; }}
-owned() {{ q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do stat_of "$q" || return 1; case "$own" in *" $q:$st "*) return 0;; esac; q=$pp; done; return 1; }}
+owned() {{ q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do stat_of "$q" && [ "$st" -ge {first} ] || return 1; case "$own" in *" $q:$st "*) return 0;; esac; q=$pp; done; return 1; }}
 {survivor}
 "#,
-        own = own.join(" ")
+        own = own.join(" "),
+        // A process started before the first of them cannot be one or below one (a child
+        // starts after its parent): the walk up stops there.
+        first = rules
+            .own
+            .iter()
+            .map(|o| o.started)
+            .min()
+            .unwrap_or(i64::MAX as u64)
     )
 }
 
@@ -164,6 +172,98 @@ mod tests {
         assert!(survivor("*").command_matches("anything at all"));
         assert!(survivor("exact").command_matches("exact"));
         assert!(!survivor("exact").command_matches("exact "));
+    }
+
+    /// A child running `program args`, once its `exec` is done.
+    fn started(program: &str, args: &[&str]) -> (std::process::Child, OwnProcess) {
+        let child = std::process::Command::new(program)
+            .args(args)
+            .spawn()
+            .expect(program);
+        let pid = child.id();
+        let name = program.rsplit('/').next().unwrap_or(program);
+        for _ in 0..400 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == name {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let started = fields[19].parse().unwrap();
+        (child, OwnProcess { pid, started })
+    }
+
+    /// Runs `command` after the shell functions of `rules` in bash; its output.
+    fn in_bash(rules: &LeftoverRules, command: &str) -> String {
+        let script = format!("{}{command}", shell_functions(rules));
+        let out = std::process::Command::new("bash")
+            .args(["-c", &script])
+            .output()
+            .expect("bash");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn the_shell_functions_tell_own_processes_and_survivors_by_the_kernels_facts() {
+        let (mut sleep, record) = started("sleep", &["30", "x y"]);
+        let (mut shell, shell_record) = started("bash", &["-c", "sleep 31; :"]);
+        let pid = record.pid;
+        let check = format!("owned {pid} && echo owned; survivor {pid} && echo survivor");
+        let own = |own: Vec<OwnProcess>, survivors: Vec<Survivor>| LeftoverRules { own, survivors };
+        assert_eq!(in_bash(&own(vec![record], vec![]), &check), "owned");
+        // Same pid, another start time: a later process given the pid is not the tool's.
+        let stale = OwnProcess {
+            started: record.started + 1,
+            ..record
+        };
+        assert_eq!(in_bash(&own(vec![stale], vec![]), &check), "");
+        assert_eq!(in_bash(&own(vec![], vec![]), &check), "");
+        // Below a recorded process: the tool's too.
+        let shell_pid = shell_record.pid;
+        let below = format!(
+            "for d in /proc/[0-9]*; do p=${{d#/proc/}}; [ \"$p\" != {shell_pid} ] && owned \"$p\" && stat_of \"$p\" && [ \"$pp\" = {shell_pid} ] && echo \"$p\"; done"
+        );
+        // The shell forks its `sleep` after its own exec: wait for it, up to 2 s.
+        let mut child = String::new();
+        for _ in 0..400 {
+            child = in_bash(&own(vec![shell_record], vec![]), &below);
+            if !child.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let child: i32 = child.parse().expect("the shell's child is found below it");
+        assert_eq!(in_bash(&own(vec![], vec![]), &below), "");
+        // SAFETY: kill(2) on the shell's child, found above.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        // Survivors: the executed file (a link to it too) and the command line must both match.
+        let sleep_at = |exe: &str, command: &str| Survivor {
+            exe: exe.into(),
+            command: command.into(),
+        };
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        let exe = exe.to_str().unwrap();
+        for (survivor, expected) in [
+            (sleep_at(exe, "sleep 30 x y"), "survivor"),
+            (sleep_at(exe, "sleep * y"), "survivor"),
+            (sleep_at(exe, "sleep 30"), ""),
+            (sleep_at("/bin/sh", "sleep 30 x y"), ""),
+            (sleep_at("/nonexistent", "*"), ""),
+        ] {
+            let rules = own(vec![], vec![survivor.clone()]);
+            assert_eq!(in_bash(&rules, &check), expected, "{survivor:?}");
+        }
+        let linked = tempfile::tempdir().unwrap();
+        let link = linked.path().join("sleep-link");
+        std::os::unix::fs::symlink(exe, &link).unwrap();
+        let rules = own(vec![], vec![sleep_at(link.to_str().unwrap(), "sleep *")]);
+        assert_eq!(in_bash(&rules, &check), "survivor");
+        for child in [&mut sleep, &mut shell] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 
     #[test]
