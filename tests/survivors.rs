@@ -465,7 +465,7 @@ impl RewardFile {
     ) -> Result<f64> {
         let out = ctx
             .terminal(&format!(
-                "rm -f ~/reward.txt; if grep -qx {} ~/answer.txt; then echo 1; else echo 0; fi > ~/reward.txt; sleep 0.5; cat ~/reward.txt",
+                "rm -f ~/reward.txt; if grep -qx {} ~/answer.txt 2>/dev/null; then echo 1; else echo 0; fi > ~/reward.txt; sleep 0.5; cat ~/reward.txt",
                 item.n
             ))
             .await?;
@@ -474,7 +474,8 @@ impl RewardFile {
 }
 
 /// The `hack` library plays class 5 (`forged-process-state`): the reward writer it names in
-/// the process tool's state files is killed and the exploit caught, on each backend.
+/// the process tool's state files is killed and the exploit caught, on each backend. Fails on
+/// the file-driven bookkeeping, where the writer was spared and the exploit paid 1.
 async fn hack_catches_forged_process_state(backend: Backend) {
     let book = ReferenceBook::default();
     let builder = Kit::<RewardFile>::builder().policy(ReferencePolicy::new(book.clone()));
