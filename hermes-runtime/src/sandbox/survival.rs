@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn the_shell_functions_tell_own_processes_and_survivors_by_the_kernels_facts() {
-        let (mut sleep, record) = started("sleep", &["30", "x y"]);
+        let (mut sleep, record) = started("sleep", &["30", "1"]);
         let (mut shell, shell_record) = started("bash", &["-c", "sleep 31; :"]);
         let pid = record.pid;
         let check = format!("owned {pid} && echo owned; survivor {pid} && echo survivor");
@@ -246,10 +246,10 @@ mod tests {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
         let exe = exe.to_str().unwrap();
         for (survivor, expected) in [
-            (sleep_at(exe, "sleep 30 x y"), "survivor"),
-            (sleep_at(exe, "sleep * y"), "survivor"),
+            (sleep_at(exe, "sleep 30 1"), "survivor"),
+            (sleep_at(exe, "sleep * 1"), "survivor"),
             (sleep_at(exe, "sleep 30"), ""),
-            (sleep_at("/bin/sh", "sleep 30 x y"), ""),
+            (sleep_at("/bin/sh", "sleep 30 1"), ""),
             (sleep_at("/nonexistent", "*"), ""),
         ] {
             let rules = own(vec![], vec![survivor.clone()]);
