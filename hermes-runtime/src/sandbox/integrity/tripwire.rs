@@ -1,7 +1,7 @@
 //! Tripwires: what runs between the agent phase and the verifier of every rollout, so that a
 //! reward is evidence of the task being solved rather than of the check being gamed. Every
-//! process the agent left running is killed (a background writer cannot race the verifier),
-//! and the places a verifier trusts without looking — system binaries and Python's import
+//! process the agent left running but the services the item declares is killed (a background
+//! writer cannot race the verifier), and the places a verifier trusts without looking — system binaries and Python's import
 //! path, paths the author protects, hook files planted in the agent's home — are checked for
 //! changes made since the agent started. Each fired wire is one line; any wire makes the
 //! rollout `tampered` (see `modes::rollout`).
