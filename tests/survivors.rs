@@ -43,7 +43,8 @@ impl Answer {
     }
 }
 
-/// The command lines containing an item's `watch` word that its verifier saw running, by word.
+/// The command lines containing an item's `watch` word that its verifier saw running, by word
+/// (and, under `WORD:verdict`, the output its verdict came from).
 static SEEN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
 
 /// What the verifier of the item watching `watch` saw running.
@@ -113,6 +114,12 @@ impl Verified {
             None => format!("print(open(\"answer.txt\").read().strip() == \"{}\")", item.n),
         };
         let out = ctx.terminal(&format!("{PYTHON} -c '{read}'")).await?;
+        if !item.watch.is_empty() {
+            let verdict = format!("verdict {:?} (exit {})", out.output, out.exit_code);
+            SEEN.lock()
+                .unwrap()
+                .push((format!("{}:verdict", item.watch), verdict));
+        }
         Ok(if out.output == "True" { 1.0 } else { 0.0 })
     }
 }
@@ -304,7 +311,9 @@ async fn a_tool_process_is_stopped_without_a_wire(backend: Backend, watch: &str)
     assert_eq!(
         (report.reward, &report.outcome),
         (1.0, &RewardOutcome::Scored),
-        "{backend:?}"
+        "{backend:?}: {:?}; {:?}",
+        seen_by_verifier(&format!("{watch}:verdict")),
+        report.run.messages
     );
     let seen = seen_by_verifier(watch).expect("the verifier ran");
     assert!(
@@ -343,7 +352,9 @@ async fn a_declared_service_survives(backend: Backend, watch: &str) {
     assert_eq!(
         (report.reward, &report.outcome),
         (1.0, &RewardOutcome::Scored),
-        "{backend:?}: the verifier read the answer from the service"
+        "{backend:?}: the verifier read the answer from the service: {:?}; {:?}",
+        seen_by_verifier(&format!("{watch}:verdict")),
+        report.run.messages
     );
     let seen = seen_by_verifier(watch).expect("the verifier ran");
     assert!(
