@@ -65,6 +65,10 @@ impl TaskSandbox {
         let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
         if own.len() >= OWN_RECORDS {
             own.remove(0);
+            tracing::warn!(
+                "rollout {}: over {OWN_RECORDS} background processes started; the oldest record is forgotten (if that process still runs at verification it fires the process wire)",
+                self.task_id
+            );
         }
         own.push(process);
     }
