@@ -532,3 +532,48 @@ async fn hack_catches_forged_process_state_locally() {
 async fn hack_catches_forged_process_state_in_docker() {
     hack_catches_forged_process_state(Backend::Docker).await;
 }
+
+/// On the local backend the sandbox shares the host's processes: a pid the model writes into
+/// the process tool's state files (here one of this test's own processes, outside the
+/// sandbox) is never signalled by the tool's cleanup. Fails on the file-driven cleanup, which
+/// SIGKILLed whatever pid the files named.
+#[tokio::test]
+async fn a_pid_written_into_the_tools_files_is_not_killed_locally() {
+    require_python();
+    let mut victim = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .expect("sleep");
+    let forge = format!(
+        "for f in /tmp/hermes-*/bg/*.cwd; do grep -qx \"$HOME\" \"$f\" 2>/dev/null && d=${{f%/*}}; done; \
+         [ -n \"$d\" ] || {{ echo 'no state directory'; exit 1; }}; \
+         echo {} > \"$d/proc_forged000001.pid\"; echo 42 > ~/answer.txt; echo forged",
+        victim.id()
+    );
+    let calls = vec![
+        (
+            "terminal",
+            json!({"command": "sleep 7306", "background": true}),
+        ),
+        ("terminal", json!({"command": forge})),
+    ];
+    let kit = kit(Backend::Local, calls).await;
+    let report = kit.run_item(Answer::file(), Split::Train).await;
+    let alive = victim.try_wait().expect("try_wait").is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(
+        report
+            .run
+            .messages
+            .iter()
+            .any(|m| m.role == "tool" && m.content.contains("forged")),
+        "the pid file was written: {:?}",
+        report.run.messages
+    );
+    assert_eq!(
+        (report.reward, &report.outcome),
+        (1.0, &RewardOutcome::Scored)
+    );
+    assert!(alive, "the process the forged pid file named was killed");
+}
