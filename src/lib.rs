@@ -53,7 +53,8 @@ pub mod data {
 /// The rollout's sandbox as a tool sees it (`sandbox_tool`, [`tools::ToolCallContext`]).
 pub mod sandbox {
     pub use hermes_runtime::sandbox::{
-        ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxSpec, TaskSandbox, Transfer,
+        ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess, Sandbox, SandboxError,
+        SandboxSpec, Survivor, TaskSandbox, Transfer,
     };
 }
 
