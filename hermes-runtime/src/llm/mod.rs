@@ -15,6 +15,7 @@ mod pool;
 mod refusal;
 mod retry;
 mod route;
+pub(crate) mod sse;
 mod stats;
 mod template_choice;
 pub mod tokenizer;

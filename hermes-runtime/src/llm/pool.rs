@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::health::{Failover, Health, Standing};
-use super::http::{self, HttpFailure, RequestUrl, Target};
+use super::http::{self, HttpFailure, RequestUrl, StreamLimits, Target};
 use super::liveness::{InferenceDown, Liveness};
 use super::refusal::{is_context_exceeded, Refusal};
 use super::route::{choose, weighted, Candidate, Group};
@@ -35,6 +35,8 @@ pub(crate) struct Endpoint {
     pub kind: ServerType,
     api_key: Option<String>,
     timeout: Duration,
+    /// The limits of streamed chat requests; `None` when chat answers are not streamed.
+    pub stream: Option<StreamLimits>,
     health_check: bool,
     limits: [usize; 2],
     /// `{base}/chat/completions` and `{root}/generate`, parsed once (a URL string is parsed
@@ -560,6 +562,10 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
         kind: c.server_type,
         api_key: c.resolved_api_key(),
         timeout: Duration::from_secs(c.timeout.max(1) as u64),
+        stream: c.stream.then(|| StreamLimits {
+            head: Duration::from_secs(c.head_timeout.max(1) as u64),
+            idle: Duration::from_secs(c.idle_timeout.max(1) as u64),
+        }),
         health_check: c.health_check,
         limits: [
             c.num_max_requests_at_once.max(1) as usize,
