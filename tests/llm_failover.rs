@@ -38,6 +38,9 @@ enum Fault {
     TooMany(&'static str),
     /// Accept it and never answer.
     Stall,
+    /// Pass it on, send the answer's head and first event (or, not streamed, the first half of
+    /// its body), then never send more.
+    StallMidStream,
 }
 
 /// One request as the proxy saw it.
@@ -135,7 +138,7 @@ async fn handle(
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
-        Fault::Forward => {
+        Fault::Forward | Fault::StallMidStream => {
             let Some(upstream) = &state.upstream else {
                 return StatusCode::NOT_FOUND.into_response();
             };
@@ -147,13 +150,58 @@ async fn handle(
                 .body(body)
                 .send()
                 .await;
-            match sent {
-                Ok(r) => {
-                    let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
-                    (status, r.bytes().await.unwrap_or_default()).into_response()
+            let mut r = match sent {
+                Ok(r) => r,
+                Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+            };
+            let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+            let content_type = r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_owned();
+            // The body passes through as it comes (a streamed answer stays streamed); a
+            // mid-stream stall sends the part up to its first event's end, then nothing more
+            // while the connection stays open.
+            let stall = fault == Fault::StallMidStream;
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Ok(Some(chunk)) = r.chunk().await {
+                    if !stall {
+                        if tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    seen.extend_from_slice(&chunk);
+                    if let Some(end) = seen.windows(2).position(|w| w == b"\n\n") {
+                        seen.truncate(end + 2);
+                        break;
+                    }
                 }
-                Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-            }
+                if stall {
+                    let half = if seen.ends_with(b"\n\n") {
+                        seen.len()
+                    } else {
+                        seen.len() / 2
+                    };
+                    seen.truncate(half);
+                    let _ = tx.send(Bytes::from(seen)).await;
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+            });
+            let body = futures::stream::unfold(rx, |mut rx| async move {
+                let chunk = rx.recv().await?;
+                Some((Ok::<_, std::convert::Infallible>(chunk), rx))
+            });
+            (
+                status,
+                [("content-type", content_type)],
+                axum::body::Body::from_stream(body),
+            )
+                .into_response()
         }
     }
 }
@@ -337,6 +385,147 @@ async fn a_stalled_server_is_bounded_by_the_timeout_then_failed_over() {
         "some requests went to the stalled server first"
     );
     assert_eq!(live.request_count(), 10);
+}
+
+/// A server with the stream limits given (seconds), streaming.
+fn streaming_server(base_url: &str, timeout: i64, head: i64, idle: i64) -> ApiServerConfig {
+    ApiServerConfig {
+        head_timeout: head,
+        idle_timeout: idle,
+        ..server(base_url, ServerType::Openai, timeout)
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_and_never_answers_is_given_up_on_at_the_head_timeout() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let stalled = Proxy::start(None, |_, _| Fault::Stall).await;
+    // The total timeout is long: only the head timeout can end the stalled attempts.
+    let servers = [
+        streaming_server(&stalled.base_url(), 600, 1, 600),
+        streaming_server(&live.base_url(), 600, 1, 600),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(2)), 8);
+    let started = Instant::now();
+    let results = chat_many(&llm, 10, 10).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "{results:?}"
+    );
+    assert!(
+        !stalled.seen().is_empty(),
+        "some requests went to the stalled server first"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "bounded by the 1 s head timeout, not the 600 s total: {:?}",
+        started.elapsed()
+    );
+    let only = [streaming_server(&stalled.base_url(), 600, 1, 600)];
+    let llm = LlmClient::with_pool(pool(&only, fast_retries(1)), 8);
+    let err = llm.chat(&chat_request()).await.unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "not answering after 1 attempt: no response head within 1 s (--openai.head_timeout)"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_stops_is_given_up_on_at_the_idle_timeout_and_retried_elsewhere() {
+    let upstream = ScriptedServer::start(|_: &Value| {
+        Reply::text("a reply long enough to come in several chunks")
+    })
+    .await
+    .unwrap();
+    let stalling = Proxy::start(Some(&upstream), |_, _| Fault::StallMidStream).await;
+    let servers = [
+        streaming_server(&stalling.base_url(), 600, 600, 1),
+        streaming_server(&upstream.base_url(), 600, 600, 1),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(2)), 8);
+    let started = Instant::now();
+    let results = chat_many(&llm, 10, 10).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_deref() == Ok("a reply long enough to come in several chunks")),
+        "{results:?}"
+    );
+    assert!(
+        stalling.count(Fault::StallMidStream) > 0,
+        "some answers stalled mid-stream"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "bounded by the 1 s idle timeout, not the 600 s total: {:?}",
+        started.elapsed()
+    );
+    let only = [streaming_server(&stalling.base_url(), 600, 600, 1)];
+    let llm = LlmClient::with_pool(pool(&only, fast_retries(1)), 8);
+    let err = llm.chat(&chat_request()).await.unwrap_err().to_string();
+    assert!(
+        err.contains("not answering after 1 attempt: the streamed answer stopped for 1 s (--openai.idle_timeout)"),
+        "{err}"
+    );
+}
+
+/// The wait between the head and the first event is the server queueing and prefilling: it is
+/// bounded by the total timeout only, never by the idle timeout.
+#[tokio::test]
+async fn a_slow_first_token_is_queueing_and_not_a_stall() {
+    let slow = ScriptedServer::start(always_ok()).await.unwrap();
+    slow.set_delay(Duration::from_secs(3));
+    let servers = [streaming_server(&slow.base_url(), 600, 1, 1)];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(1)), 8);
+    let r = llm.chat(&chat_request()).await.unwrap();
+    assert_eq!(r.choices[0].message.content, "ok");
+    assert_eq!(slow.request_count(), 1, "answered at the first attempt");
+}
+
+/// `--openai.stream false` sends no `stream` and reads the plain answer; streaming sends
+/// `stream: true` with usage asked for, and both read the same response.
+#[tokio::test]
+async fn streamed_and_plain_requests_read_the_same_answer() {
+    let live = ScriptedServer::start(|_: &Value| {
+        Reply::text("visible")
+            .with_reasoning("hidden thoughts")
+            .and_tool("terminal", json!({"command": "ls -la"}))
+            .and_tool("read_file", json!({"path": "a.txt"}))
+    })
+    .await
+    .unwrap();
+    let mut answers = Vec::new();
+    for stream in [true, false] {
+        let config = ApiServerConfig {
+            stream,
+            ..server(&live.base_url(), ServerType::Openai, 30)
+        };
+        let llm = LlmClient::with_pool(pool(&[config], fast_retries(1)), 8);
+        let r = llm.chat(&chat_request()).await.unwrap();
+        let c = &r.choices[0];
+        let calls: Vec<(String, String)> = c
+            .message
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|t| (t.function.name.clone(), t.function.arguments.clone()))
+            .collect();
+        answers.push((
+            c.message.content.clone(),
+            c.message.reasoning_text(),
+            calls,
+            c.finish_reason.clone(),
+            r.usage,
+        ));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0].2.len(), 2, "both parallel calls");
+    let sent = live.requests();
+    assert_eq!(sent[0]["stream"], true);
+    assert_eq!(sent[0]["stream_options"], json!({"include_usage": true}));
+    assert!(sent[1].get("stream").is_none() && sent[1].get("stream_options").is_none());
 }
 
 #[tokio::test]
@@ -892,6 +1081,146 @@ async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
         );
         assert!(!stderr.contains("LLM call failed"), "{stderr}");
     }
+}
+
+/// Acceptance of the fault defaults: `process` of the terminal_test example through two proxies
+/// in front of one scripted server, every chat attempt independently answered 500 (30 %),
+/// stalled with no answer (5 %) or stalled after its first event (5 %), with no retry or
+/// timeout setting given. Every group completes with every rollout whole, and no rollout fails
+/// as an LLM failure. (With the old defaults, 3 attempts and a non-streamed request bounded only
+/// by the 1200 s timeout, a stalled attempt held its rollout for 20 minutes: the run does not
+/// finish within the deadline below.)
+#[tokio::test(flavor = "multi_thread")]
+async fn process_at_default_settings_completes_every_group_through_30_percent_5xx_and_10_percent_stalls(
+) {
+    const GROUPS: usize = 8;
+    const GROUP_SIZE: usize = 8;
+    /// Far above what the defaults need (a stall costs 30 s or 60 s, a rollout meets a few),
+    /// far below the 1200 s one stall held a rollout for before.
+    const DEADLINE: Duration = Duration::from_secs(600);
+    let live = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("finished")
+        } else {
+            Reply::tool("terminal", json!({"command": "echo 579 > ~/answer.txt"}))
+        }
+    })
+    .await
+    .unwrap();
+    // Each proxy's first chat request (request 1, after the health check) gets one kind of
+    // stall for certain; every later one a random draw.
+    let flaky = |first: Fault| {
+        move |n: u64, path: &str| {
+            if !path.ends_with("/chat/completions") {
+                return Fault::Forward;
+            }
+            if n == 1 {
+                return first;
+            }
+            use std::hash::{BuildHasher, Hasher};
+            let mut draw = std::collections::hash_map::RandomState::new().build_hasher();
+            draw.write_u64(n);
+            match draw.finish() % 100 {
+                0..=29 => Fault::Status(500),
+                30..=34 => Fault::Stall,
+                35..=39 => Fault::StallMidStream,
+                _ => Fault::Forward,
+            }
+        }
+    };
+    let a = Proxy::start(Some(&live), flaky(Fault::Stall)).await;
+    let b = Proxy::start(Some(&live), flaky(Fault::StallMidStream)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "openai:\n  - {{base_url: \"{}\", model_name: M}}\n  - {{base_url: \"{}\", model_name: M}}\n\
+         env:\n  total_steps: {GROUPS}\n  group_size: {GROUP_SIZE}\n  use_wandb: false\n  \
+         data_path_to_save_groups: output.jsonl\n",
+        a.base_url(),
+        b.base_url()
+    );
+    std::fs::write(tmp.path().join("config.yaml"), yaml).unwrap();
+    let started = Instant::now();
+    let run = tokio::process::Command::new(common::example_bin("terminal_test"))
+        .args(["process", "--config", "config.yaml"])
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(DEADLINE, run)
+        .await
+        .unwrap_or_else(|_| {
+            let written = std::fs::read_to_string(tmp.path().join("output.jsonl"))
+                .map(|t| t.lines().count())
+                .unwrap_or(0);
+            panic!(
+            "the run did not finish within {DEADLINE:?} ({written} of {GROUPS} groups written; \
+             stalls seen {} + {}): a stalled request held its rollout",
+            a.count(Fault::Stall) + b.count(Fault::Stall),
+            a.count(Fault::StallMidStream) + b.count(Fault::StallMidStream)
+        )
+        })
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(tmp.path().join("output.jsonl")).unwrap();
+    let groups: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(groups.len(), GROUPS, "every group written: {stderr}");
+    for g in &groups {
+        let convos = g["messages"].as_array().unwrap();
+        assert_eq!(convos.len(), GROUP_SIZE, "every rollout of the group");
+        for convo in convos {
+            let convo = convo.as_array().unwrap();
+            assert!(convo.iter().any(|m| m["role"] == "tool"), "the tool ran");
+            assert_eq!(
+                convo.last().unwrap()["content"],
+                "finished",
+                "rollout complete"
+            );
+        }
+    }
+    assert!(
+        !stderr.contains("rollout failed"),
+        "no rollout failed (as an LLM failure or otherwise): {stderr}"
+    );
+    let seen: Vec<Seen> = [&a, &b].iter().flat_map(|p| p.seen()).collect();
+    let chats = seen
+        .iter()
+        .filter(|s| s.path.ends_with("/chat/completions"));
+    let (mut attempts, mut errors, mut stalls, mut mid) = (0, 0, 0, 0);
+    for s in chats {
+        attempts += 1;
+        match s.fault {
+            Fault::Status(500) => errors += 1,
+            Fault::Stall => stalls += 1,
+            Fault::StallMidStream => mid += 1,
+            _ => {}
+        }
+    }
+    let answered = GROUPS * GROUP_SIZE * 2;
+    eprintln!(
+        "{answered} turns answered in {took:.1?} over {attempts} attempts: {errors} answered 500, \
+         {stalls} stalled before the head, {mid} stalled mid-stream; retry lines: {}",
+        stderr.matches("retrying in").count()
+    );
+    assert_eq!(
+        live.request_count() as usize,
+        answered + mid,
+        "each turn answered once, plus the answers the proxy cut"
+    );
+    // Bounds, not exact counts: the faults are random draws. Over the 200 or more attempts
+    // the 30 % draw gives at least 30 500s and the two 5 % draws at least 3 stalls together,
+    // but for a chance below one in a million; one stall of each kind is certain.
+    assert!(
+        errors >= 30 && stalls >= 1 && mid >= 1 && stalls + mid >= 3,
+        "faults injected: {errors} 500s, {stalls} + {mid} stalls"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

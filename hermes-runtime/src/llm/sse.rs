@@ -324,7 +324,10 @@ fn tool_call_delta(calls: &mut BTreeMap<u64, CallParts>, delta: &Value) -> Resul
             "a tool-call delta is not an object".into(),
         ));
     };
-    let id = delta.get("id").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let id = delta
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
     let index = match delta.get("index").and_then(Value::as_u64) {
         Some(i) => i,
         None => match calls.last_key_value() {
@@ -468,13 +471,15 @@ mod tests {
             "data: [DONE]\n\n".into(),
         ]
         .concat();
-        let expected = non_streamed(json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+        let expected = non_streamed(
+            json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
             "message": {"role": "assistant", "content": "Let me check é.", "tool_calls": [
                 {"id": "call_a", "type": "function",
                  "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}},
                 {"id": "call_b", "type": "function",
                  "function": {"name": "read_file", "arguments": "{\"path\": \"a\"}"}}]}}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 30}}));
+            "usage": {"prompt_tokens": 12, "completion_tokens": 30}}),
+        );
         for size in [1, 3, 7, 64, stream.len()] {
             let got = assemble(&stream, size).unwrap();
             assert_eq!(as_json(&got), as_json(&expected), "pieces of {size} bytes");
@@ -484,7 +489,10 @@ mod tests {
     #[test]
     fn reasoning_content_and_reasoning_deltas_are_kept_as_the_non_streamed_fields() {
         let stream = [
-            delta(0, json!({"role": "assistant", "reasoning_content": "think"})),
+            delta(
+                0,
+                json!({"role": "assistant", "reasoning_content": "think"}),
+            ),
             delta(0, json!({"reasoning_content": "ing"})),
             delta(0, json!({"content": "42"})),
             finish(0, "stop"),
@@ -503,7 +511,10 @@ mod tests {
         ]
         .concat();
         let got = assemble(&newer, 4).unwrap();
-        assert_eq!(got.choices[0].message.reasoning_text().as_deref(), Some("hm"));
+        assert_eq!(
+            got.choices[0].message.reasoning_text().as_deref(),
+            Some("hm")
+        );
         assert_eq!(got.choices[0].message.reasoning_content, None);
     }
 
@@ -512,7 +523,8 @@ mod tests {
         let lp = json!({"content": [{"token": "a", "logprob": -0.5, "top_logprobs": []}]});
         let stream = [
             ": keep-alive\r\n\r\n".to_owned(),
-            chunk(json!({"index": 1, "delta": {"content": "b"}, "logprobs": lp})).replace("\n\n", "\r\n\r\n"),
+            chunk(json!({"index": 1, "delta": {"content": "b"}, "logprobs": lp}))
+                .replace("\n\n", "\r\n\r\n"),
             chunk(json!({"index": 0, "delta": {"content": "a"}, "logprobs": lp})),
             chunk(json!({"index": 1, "delta": {}, "finish_reason": "length"})),
             chunk(json!({"index": 0, "delta": {}, "finish_reason": "stop"})),
@@ -532,7 +544,10 @@ mod tests {
     #[test]
     fn a_tool_call_without_an_id_gets_one_as_the_non_streamed_reader_gives_it() {
         let stream = [
-            delta(0, json!({"tool_calls": [{"function": {"name": "t", "arguments": "{}"}}]})),
+            delta(
+                0,
+                json!({"tool_calls": [{"function": {"name": "t", "arguments": "{}"}}]}),
+            ),
             finish(0, "tool_calls"),
             "data: [DONE]\n\n".into(),
         ]
@@ -540,7 +555,10 @@ mod tests {
         let got = assemble(&stream, 9).unwrap();
         let call = &got.choices[0].message.tool_calls.as_ref().unwrap()[0];
         assert!(call.id.starts_with("call_"), "{call:?}");
-        assert_eq!((call.kind.as_str(), call.function.name.as_str()), ("function", "t"));
+        assert_eq!(
+            (call.kind.as_str(), call.function.name.as_str()),
+            ("function", "t")
+        );
     }
 
     #[test]
@@ -563,7 +581,10 @@ mod tests {
         ];
         for (stream, expected) in bad {
             let err = assemble(stream, 4).unwrap_err();
-            assert!(matches!(err, StreamError::Malformed(_)), "{stream}: {err:?}");
+            assert!(
+                matches!(err, StreamError::Malformed(_)),
+                "{stream}: {err:?}"
+            );
             assert!(err.to_string().starts_with(expected), "{stream}: {err}");
         }
     }
@@ -589,7 +610,10 @@ mod tests {
         assert_eq!(assemble("", 3).unwrap_err(), StreamError::Ended);
         // Finished choices and no [DONE]: complete (a server that leaves the marker out).
         let unmarked = [delta(0, json!({"content": "all"})), finish(0, "stop")].concat();
-        assert_eq!(assemble(&unmarked, 3).unwrap().choices[0].message.content, "all");
+        assert_eq!(
+            assemble(&unmarked, 3).unwrap().choices[0].message.content,
+            "all"
+        );
         // Bytes after [DONE] are not read.
         let trailing = "data: [DONE]\n\ndata: {oops\n\n";
         assert!(assemble(trailing, 2).unwrap().choices.is_empty());
@@ -616,6 +640,11 @@ mod tests {
     #[test]
     fn a_whole_text_in_sse_form_is_read_too() {
         let text = [delta(0, json!({"content": "hi"})), finish(0, "stop")].concat();
-        assert_eq!(assemble_text(&text, 1 << 20).unwrap().choices[0].message.content, "hi");
+        assert_eq!(
+            assemble_text(&text, 1 << 20).unwrap().choices[0]
+                .message
+                .content,
+            "hi"
+        );
     }
 }

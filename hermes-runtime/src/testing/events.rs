@@ -99,7 +99,10 @@ pub(crate) fn events(completion: &Value) -> String {
                 send(delta(json!({"tool_calls": [part]})), None);
             }
         }
-        let reason = choice.get("finish_reason").cloned().unwrap_or(json!("stop"));
+        let reason = choice
+            .get("finish_reason")
+            .cloned()
+            .unwrap_or(json!("stop"));
         send(
             vec![json!({"index": index, "delta": {}, "finish_reason": reason})],
             None,
@@ -156,10 +159,18 @@ mod tests {
             .filter(|d| *d != "[DONE]")
             .map(|d| serde_json::from_str(d).unwrap())
             .collect();
-        let count = |pointer: &str| chunks.iter().filter(|c| c.pointer(pointer).is_some()).count();
+        let count = |pointer: &str| {
+            chunks
+                .iter()
+                .filter(|c| c.pointer(pointer).is_some())
+                .count()
+        };
         assert!(count("/choices/0/delta/content") > 2, "{text}");
         assert!(count("/choices/0/delta/reasoning_content") > 1, "{text}");
-        assert!(count("/choices/0/delta/tool_calls/0/function/arguments") > 2, "{text}");
+        assert!(
+            count("/choices/0/delta/tool_calls/0/function/arguments") > 2,
+            "{text}"
+        );
         assert_eq!(chunks.last().unwrap()["usage"]["total_tokens"], 3);
         assert_eq!(chunks.last().unwrap()["choices"], json!([]));
     }
@@ -179,8 +190,13 @@ mod tests {
         let streamed = crate::llm::sse::assemble_text(&events(&completion), 1 << 20).unwrap();
         let view = |r: &crate::llm::ChatResponse| {
             let c = &r.choices[0];
-            json!([c.message.content, c.message.reasoning_content, c.message.tool_calls,
-                   c.finish_reason, r.usage])
+            json!([
+                c.message.content,
+                c.message.reasoning_content,
+                c.message.tool_calls,
+                c.finish_reason,
+                r.usage
+            ])
         };
         assert_eq!(view(&streamed), view(&direct));
     }
