@@ -471,6 +471,82 @@ async fn a_stream_that_stops_is_given_up_on_at_the_idle_timeout_and_retried_else
     );
 }
 
+/// A server on 127.0.0.1 answering every chat request with `body` as an event stream.
+async fn event_stream_server(body: &'static str) -> String {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || async move {
+            ([("content-type", "text/event-stream")], body).into_response()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// A malformed chunk is an invalid answer (not retried, as a 2xx that is not a completion);
+/// a stream cut before its end marker is a broken answer, retried on another server; an error
+/// event is its status.
+#[tokio::test]
+async fn malformed_cut_and_error_streams_fail_as_their_kind() {
+    let malformed = event_stream_server("data: {\"choices\": {}}\n\n").await;
+    let llm = LlmClient::with_pool(
+        pool(
+            &[server(&malformed, ServerType::Openai, 30)],
+            fast_retries(3),
+        ),
+        8,
+    );
+    let err = llm.chat(&chat_request()).await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::Decode { reason, .. } if reason.contains("malformed stream chunk: `choices` is not a list")),
+        "{err:?}"
+    );
+    let cut = event_stream_server(
+        "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"half\"}}]}\n\n",
+    )
+    .await;
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let servers = [
+        server(&cut, ServerType::Openai, 30),
+        server(&live.base_url(), ServerType::Openai, 30),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(3)), 8);
+    let results = chat_many(&llm, 6, 6).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "{results:?}"
+    );
+    assert_eq!(live.request_count(), 6);
+    let only = [server(&cut, ServerType::Openai, 30)];
+    let err = LlmClient::with_pool(pool(&only, fast_retries(2)), 8)
+        .chat(&chat_request())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("failing after 2 attempts: the streamed answer broke off: the stream ended before its end marker"),
+        "{err}"
+    );
+    let overloaded = event_stream_server(
+        "data: {\"error\": {\"message\": \"engine overloaded\", \"code\": 503}}\n\ndata: [DONE]\n\n",
+    )
+    .await;
+    let only = [server(&overloaded, ServerType::Openai, 30)];
+    let err = LlmClient::with_pool(pool(&only, fast_retries(2)), 8)
+        .chat(&chat_request())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("failing after 2 attempts: HTTP 503: ") && err.contains("engine overloaded"),
+        "{err}"
+    );
+}
+
 /// The wait between the head and the first event is the server queueing and prefilling: it is
 /// bounded by the total timeout only, never by the idle timeout.
 #[tokio::test]
@@ -1203,6 +1279,24 @@ async fn process_at_default_settings_completes_every_group_through_30_percent_5x
             _ => {}
         }
     }
+    // Nothing silent, and no storm of lines: the retry line names the knobs and is written at
+    // most once per 10 s (with the count of the retries it held back).
+    let retry_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("retrying in"))
+        .collect();
+    assert!(!retry_lines.is_empty(), "retries are announced: {stderr}");
+    assert!(
+        retry_lines
+            .iter()
+            .all(|l| l.contains("(--env.llm_retries)")),
+        "{retry_lines:?}"
+    );
+    assert!(
+        retry_lines.len() as u64 <= took.as_secs() / 10 + 1,
+        "{} retry lines in {took:?}: {retry_lines:?}",
+        retry_lines.len()
+    );
     let answered = GROUPS * GROUP_SIZE * 2;
     eprintln!(
         "{answered} turns answered in {took:.1?} over {attempts} attempts: {errors} answered 500, \

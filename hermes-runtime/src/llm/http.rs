@@ -303,7 +303,7 @@ pub(crate) async fn post_streaming(
 /// malformed one an answer that is not a chat completion.
 fn stream_failure(e: StreamError, api_key: Option<&str>) -> Result<Streamed, HttpFailure> {
     match e {
-        StreamError::Malformed(reason) => Ok(Streamed::Malformed(reason)),
+        StreamError::Malformed(_) => Ok(Streamed::Malformed(e.to_string())),
         StreamError::Server { status, message } => Err(HttpFailure::Status {
             status,
             body: redact(message, api_key),
