@@ -986,6 +986,85 @@ async fn generate_fails_over_from_a_dead_server_and_marks_it_down() {
     assert_eq!(live.request_count(), 30);
 }
 
+/// A server host that drops off the network while it works on a `/generate` request (Phase 2
+/// is not streamed: nothing comes until the answer) is given up on once the TCP keepalive
+/// probes go unanswered, in about half a minute, not at the 1200 s default timeout; while the
+/// host is on the network its kernel answers the probes, however long the server takes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_host_that_drops_off_the_network_mid_request_is_given_up_on_within_a_minute() {
+    let net = common::netns::TestNet::create(1);
+    let host = &net.hosts[0];
+    // A busy server: it takes every connection, reads the request and never answers.
+    let script = "import socket, time\n\
+                  s = socket.socket()\n\
+                  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                  s.bind(('0.0.0.0', 8000))\n\
+                  s.listen(16)\n\
+                  held = []\n\
+                  while True:\n    c, _ = s.accept()\n    held.append(c)\n";
+    let mut busy = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &host.netns,
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .spawn()
+        .expect("python3 in the test host");
+    let addr = format!("{}:8000", host.addr);
+    let listening = Instant::now();
+    while tokio::net::TcpStream::connect(&addr).await.is_err() {
+        assert!(
+            listening.elapsed() < Duration::from_secs(30),
+            "the busy server in {} never listened",
+            host.netns
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let config = ApiServerConfig {
+        base_url: Some(format!("http://{addr}/v1")),
+        server_type: ServerType::Sglang,
+        health_check: false,
+        ..Default::default()
+    };
+    assert_eq!(config.timeout, 1200, "the default total timeout");
+    let client = GenerateClient::new(&[config], fast_retries(1)).unwrap();
+    let started = Instant::now();
+    let request = tokio::spawn(async move { client.generate(&generate_request()).await });
+    // Longer than the keepalive idle time: the probes are answered while the host is there.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(
+        !request.is_finished(),
+        "a busy server on the network is waited for"
+    );
+    net.unplug(0);
+    let unplugged = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(300), request)
+        .await
+        .expect("given up on within 300 s of the host dropping off, not the 1200 s timeout")
+        .unwrap();
+    let after = unplugged.elapsed();
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("unreachable after 1 attempt: "),
+        "a connection failure, not the per-request timeout: {err}"
+    );
+    // 15 s without traffic, then 3 probes 5 s apart: about 30 s; bounded loosely for a
+    // loaded machine, far below the 1200 s the request would have been held.
+    assert!(
+        after < Duration::from_secs(90),
+        "{after:?} after the host dropped off: {err}"
+    );
+    eprintln!(
+        "host dropped off after {:?}; request given up on {after:?} later: {err}",
+        unplugged - started
+    );
+}
+
 #[tokio::test]
 async fn generate_does_not_retry_a_400_and_retries_a_503() {
     let upstream = ScriptedServer::start(always_ok()).await.unwrap();

@@ -372,11 +372,27 @@ fn redact(text: String, api_key: Option<&str>) -> String {
 }
 
 fn transport_failure(e: &reqwest::Error, timeout: Duration) -> HttpFailure {
-    if e.is_timeout() {
+    // reqwest counts a socket's own "timed out" (unanswered TCP keepalive probes) as a timeout
+    // too; only its request timer is the per-request timeout.
+    if e.is_timeout() && !socket_timed_out(e) {
         HttpFailure::Timeout(timeout)
     } else {
         HttpFailure::Connect(root_cause(e))
     }
+}
+
+/// True when a cause of `e` is the socket's own timeout (`ETIMEDOUT`).
+fn socket_timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// The innermost cause of a transport error, e.g. "connection refused" rather than reqwest's

@@ -574,11 +574,23 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
     })
 }
 
+/// TCP keepalive of the inference connections: probes after this long without traffic, every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] of them unanswered and the connection fails. A
+/// server host that drops off the network mid-request (power loss, a partition: no reset ever
+/// comes) is found in about half a minute, also for an unstreamed `/generate`; a busy server's
+/// kernel answers the probes, so a long generation is never cut by them.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// The HTTP client shared by the inference clients: rustls with the ring provider, a 30 s
-/// connect timeout and a large idle pool for many concurrent rollouts.
+/// connect timeout, TCP keepalive and a large idle pool for many concurrent rollouts.
 fn http_client() -> Result<reqwest::Client, LlmError> {
     crate::tls::client_builder()
         .connect_timeout(Duration::from_secs(30))
+        .tcp_keepalive(KEEPALIVE_IDLE)
+        .tcp_keepalive_interval(KEEPALIVE_INTERVAL)
+        .tcp_keepalive_retries(KEEPALIVE_PROBES)
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))
