@@ -1,6 +1,9 @@
 //! Retries and failover of both inference clients against real HTTP servers on 127.0.0.1: the
-//! scripted server, a closed port, and a fault-injecting proxy written here (500s, stalls past
-//! the timeout, 429 with Retry-After, 4xx), plus an agent-loop rollout with one dead server.
+//! scripted server, a closed port, and a fault-injecting proxy written here (500s, stalls with
+//! no answer and mid-stream, 429 with Retry-After, 4xx); streamed answers that stop, break off
+//! or are malformed; a server host that drops off the network (a test host, needs root); an
+//! agent-loop rollout with one dead server; and `process` at the default settings through
+//! 30 % 5xx and 10 % stalls.
 
 mod common;
 
