@@ -989,6 +989,62 @@ async fn generate_fails_over_from_a_dead_server_and_marks_it_down() {
     assert_eq!(live.request_count(), 30);
 }
 
+/// Phase 2's `/generate` is not streamed: while a request waits, the server's `/health` tells a
+/// hung server from a busy one. At the defaults, a server whose `/generate` and `/health` both
+/// stop answering (a hung engine) is given up on after the 30 s interval and its 30 s check,
+/// not the 1200 s timeout, and the request is answered by the other server; the waiting
+/// requests of a server share its checks.
+#[tokio::test]
+async fn a_hung_phase2_server_is_found_by_its_health_check_at_the_defaults() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let hung = Proxy::start(None, |_, _| Fault::Stall).await;
+    let phase2 = |base_url: &str| ApiServerConfig {
+        base_url: Some(base_url.to_owned()),
+        server_type: ServerType::Vllm,
+        health_check: false,
+        ..Default::default()
+    };
+    let (head, total) = (
+        ApiServerConfig::default().head_timeout,
+        ApiServerConfig::default().timeout,
+    );
+    assert_eq!((head, total), (30, 1200), "the defaults");
+    let servers = [phase2(&hung.base_url()), phase2(&live.base_url())];
+    let client = GenerateClient::with_pool(pool(&servers, fast_retries(2))).unwrap();
+    let request = generate_request();
+    let started = Instant::now();
+    let results: Vec<_> = futures::stream::iter(0..8)
+        .map(|_| client.generate(&request))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let took = started.elapsed();
+    for r in &results {
+        assert!(
+            r.is_ok(),
+            "every request answered by the live server: {r:?}"
+        );
+    }
+    assert_eq!(live.request_count(), 8);
+    let seen = hung.seen();
+    let generates = seen.iter().filter(|s| s.path == "/generate").count();
+    let checks = seen.iter().filter(|s| s.path == "/health").count();
+    assert!(
+        generates >= 1,
+        "some requests went to the hung server first"
+    );
+    // One check ends every request waiting on the hung server (it never answers, so the
+    // requests waiting for its result fail with it).
+    assert!(
+        checks >= 1 && checks < generates.max(2),
+        "{checks} checks for {generates} waiting requests"
+    );
+    assert!(
+        took < Duration::from_secs(120),
+        "given up on after about 60 s (the interval and the check), not 1200 s: {took:?}"
+    );
+}
+
 /// A server host that drops off the network while it works on a `/generate` request (Phase 2
 /// is not streamed: nothing comes until the answer) is given up on once the TCP keepalive
 /// probes go unanswered, in about half a minute, not at the 1200 s default timeout; while the

@@ -94,9 +94,10 @@ fn exhausted(
 ) -> String {
     let state = match cause {
         HttpFailure::Connect(_) => "unreachable",
-        HttpFailure::Timeout(_) | HttpFailure::NoHead(_) | HttpFailure::Stalled(_) => {
-            "not answering"
-        }
+        HttpFailure::Timeout(_)
+        | HttpFailure::NoHead(_)
+        | HttpFailure::Stalled(_)
+        | HttpFailure::Unhealthy(_) => "not answering",
         HttpFailure::Status { .. } | HttpFailure::TooLarge { .. } | HttpFailure::Broken(_) => {
             "failing"
         }

@@ -40,6 +40,9 @@ pub enum HttpFailure {
     /// A streamed answer ended before it was complete (the connection broke off).
     #[error("the streamed answer broke off: {0}")]
     Broken(String),
+    /// An unstreamed request's server failed its health check while the request waited.
+    #[error("the server failed its health check while the request waited ({0}; checked every --openai.head_timeout)")]
+    Unhealthy(String),
     /// The response body was larger than a response may be ([`RESPONSE_LIMIT`]); reading
     /// stopped there.
     #[error("the response body exceeds {} MiB, the most a response may hold", .limit / MIB)]
@@ -116,6 +119,7 @@ impl HttpFailure {
             | HttpFailure::NoHead(_)
             | HttpFailure::Stalled(_)
             | HttpFailure::Broken(_)
+            | HttpFailure::Unhealthy(_)
             | HttpFailure::TooLarge { .. } => true,
         }
     }
@@ -130,6 +134,7 @@ impl HttpFailure {
             | HttpFailure::NoHead(_)
             | HttpFailure::Stalled(_)
             | HttpFailure::Broken(_)
+            | HttpFailure::Unhealthy(_)
             | HttpFailure::TooLarge { .. } => true,
         }
     }

@@ -20,6 +20,7 @@ mod stats;
 mod template_choice;
 pub mod tokenizer;
 mod types;
+mod watch;
 
 pub use backend::ChatBackend;
 pub use client::LlmClient;

@@ -16,6 +16,7 @@ use super::http::{self, HttpFailure, RequestUrl, StreamLimits, Target};
 use super::liveness::{InferenceDown, Liveness};
 use super::refusal::{is_context_exceeded, Refusal};
 use super::route::{choose, weighted, Candidate, Group};
+use super::watch::HealthWatch;
 use super::{LlmError, RequestStats, RetryPolicy, Split};
 use crate::config::{ApiServerConfig, ServerType};
 
@@ -37,6 +38,11 @@ pub(crate) struct Endpoint {
     timeout: Duration,
     /// The limits of streamed chat requests; `None` when chat answers are not streamed.
     pub stream: Option<StreamLimits>,
+    /// `--openai.head_timeout`: also how often an unstreamed request's wait checks the
+    /// server's health ([`HealthWatch`]).
+    pub head_timeout: Duration,
+    /// The server's health as waiting unstreamed requests see it.
+    pub watch: HealthWatch,
     health_check: bool,
     limits: [usize; 2],
     /// `{base}/chat/completions` and `{root}/generate`, parsed once (a URL string is parsed
@@ -562,6 +568,8 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
         kind: c.server_type,
         api_key: c.resolved_api_key(),
         timeout: Duration::from_secs(c.timeout.max(1) as u64),
+        head_timeout: Duration::from_secs(c.head_timeout.max(1) as u64),
+        watch: HealthWatch::default(),
         stream: c.stream.then(|| StreamLimits {
             head: Duration::from_secs(c.head_timeout.max(1) as u64),
             idle: Duration::from_secs(c.idle_timeout.max(1) as u64),
