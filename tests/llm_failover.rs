@@ -429,7 +429,8 @@ async fn a_server_that_accepts_and_never_answers_is_given_up_on_at_the_head_time
     let err = llm.chat(&chat_request()).await.unwrap_err().to_string();
     assert!(
         err.contains(
-            "not answering after 1 attempt: no response head within 1 s (--openai.head_timeout)"
+            "not answering after 1 attempt: no response head within 1 s (--openai.head_timeout; \
+             --openai.stream false for a server that does not stream)"
         ),
         "{err}"
     );

@@ -32,7 +32,10 @@ pub enum HttpFailure {
     Timeout(Duration),
     /// A streamed request got no response head in time: the server accepted the request and
     /// did not answer (vLLM, SGLang, llama.cpp's server and OpenAI send the head at once).
-    #[error("no response head within {} s (--openai.head_timeout)", .0.as_secs_f64())]
+    #[error(
+        "no response head within {} s (--openai.head_timeout; --openai.stream false for a server that does not stream)",
+        .0.as_secs_f64()
+    )]
     NoHead(Duration),
     /// A streamed answer stopped between chunks for longer than the idle limit.
     #[error("the streamed answer stopped for {} s (--openai.idle_timeout)", .0.as_secs_f64())]
