@@ -1087,6 +1087,9 @@ async fn a_server_host_that_drops_off_the_network_mid_request_is_given_up_on_wit
         base_url: Some(format!("http://{addr}/v1")),
         server_type: ServerType::Sglang,
         health_check: false,
+        // The health watch of a waiting `/generate` would find the host gone too; checking
+        // every 600 s, it leaves the keepalive probes the only thing that can.
+        head_timeout: 600,
         ..Default::default()
     };
     assert_eq!(config.timeout, 1200, "the default total timeout");
