@@ -238,6 +238,9 @@ async fn ws<E: Environment>(
         .on_upgrade(move |socket| session(s, socket))
 }
 
+/// How long a refused connection stays open for the client to send its first message.
+const REFUSAL_LINGER: Duration = Duration::from_secs(10);
+
 /// Why a session loop stops.
 enum Stop {
     /// The client closed or went away.
@@ -261,6 +264,9 @@ async fn session<E: Environment>(s: Arc<Server<E>>, mut socket: WebSocket) {
         let _ = socket
             .send(WsMessage::Text(scrubbed(&refusal).into()))
             .await;
+        // Closed only after the client's first message (or a short wait): a client that sends
+        // `reset` right after connecting then reads the refusal instead of a closed socket.
+        let _ = tokio::time::timeout(REFUSAL_LINGER, socket.recv()).await;
         let _ = socket.send(WsMessage::Close(None)).await;
         return;
     };

@@ -1,0 +1,386 @@
+//! `terminal_test openenv` against the OpenEnv wire's own package (`openenv-core` 0.3.0 from
+//! PyPI, in the suite's venv under `target/`): its conformance check
+//! (`validate_running_environment`, what `openenv validate --url` runs) and its own clients
+//! (`MCPToolClient`, `GenericEnvClient` over `/ws`) driving whole episodes with the local
+//! sandbox backend.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `terminal_test openenv` on a free port, its local sandboxes under `tmp`.
+struct Server {
+    child: Child,
+    url: String,
+    tmp: tempfile::TempDir,
+    /// The server's stderr, in a file so a chatty server never blocks on a full pipe.
+    log: tempfile::NamedTempFile,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let mut child = Command::new(common::example_bin("terminal_test"))
+            .args(["openenv", "--port", "0"])
+            .args(extra)
+            .args(["--env.terminal_backend", "local"])
+            .env("TMPDIR", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(log.reopen().expect("log file"))
+            .spawn()
+            .expect("spawn terminal_test openenv");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let Some(url) = line.trim().strip_prefix("openenv listening on ") else {
+            let err = std::fs::read_to_string(log.path()).unwrap_or_default();
+            panic!("terminal_test openenv did not start: {line:?}\n{err}");
+        };
+        Server {
+            url: url.to_owned(),
+            child,
+            tmp,
+            log,
+        }
+    }
+
+    /// The task scratch directories of the local backend's run root(s).
+    fn scratch_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
+        for root in std::fs::read_dir(self.tmp.path()).expect("tmp").flatten() {
+            if let Ok(entries) = std::fs::read_dir(root.path()) {
+                dirs.extend(
+                    entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| file_name(p).starts_with("task-")),
+                );
+            }
+        }
+        dirs
+    }
+
+    /// SIGINT, then the exit status and stderr.
+    fn interrupt(&mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().expect("wait");
+        (
+            status,
+            std::fs::read_to_string(self.log.path()).unwrap_or_default(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Runs `script` (Python, `URL` bound to the server's URL) and returns its stdout's JSON lines.
+fn python(url: &str, script: &str) -> Vec<Value> {
+    let out = Command::new(common::openenv_python())
+        .args(["-c", &format!("URL = {url:?}\n{script}")])
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn openenv_validate_passes_every_criterion() {
+    let server = Server::start(&[]);
+    let report = &python(
+        &server.url,
+        "import json\n\
+         from openenv.cli._validation import validate_running_environment\n\
+         print(json.dumps(validate_running_environment(URL)))",
+    )[0];
+    let failed: Vec<&Value> = report["criteria"]
+        .as_array()
+        .expect("criteria")
+        .iter()
+        .filter(|c| c["passed"] != true)
+        .collect();
+    assert!(failed.is_empty(), "failed criteria: {failed:#?}");
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["mode"], "simulation");
+    // Every criterion `openenv validate --url` knows, none skipped.
+    let ids: Vec<&str> = report["criteria"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "openapi_version_available",
+            "health_endpoint",
+            "metadata_endpoint",
+            "schema_endpoint",
+            "mcp_endpoint",
+            "mode_endpoint_consistency"
+        ]
+    );
+}
+
+/// The episode script: MCPToolClient over /ws, the reference solution's tool call (or a wrong
+/// one), an unknown tool, then the final answer.
+const EPISODE: &str = r#"
+import asyncio, json
+from openenv.core.mcp_client import MCPToolClient
+from openenv.core.env_server.mcp_types import CallToolAction
+
+async def episode(content):
+    async with MCPToolClient(base_url=URL) as env:
+        reset = await env.reset()
+        tools = [t.name for t in await env.list_tools(use_cache=False)]
+        out = await env.call_tool("terminal", command=f"printf '{content}' > ~/greeting.txt && echo written")
+        unknown = await env.step(CallToolAction(tool_name="no_such_tool", arguments={}))
+        final = await env.step(CallToolAction(tool_name="submit", arguments={"answer": "done"}))
+        state = await env.state()
+        print(json.dumps({
+            "reset_tools": [t.name for t in reset.observation.tools],
+            "tools": tools,
+            "terminal": out,
+            "unknown_error": unknown.observation.error.error_type.value,
+            "unknown_done": unknown.done,
+            "reward": final.reward,
+            "done": final.done,
+            "steps": state.step_count,
+        }))
+
+async def main():
+    # terminal_test's items come in order: the first is the greeting task.
+    await episode("Hello from Hermes Agent")
+    for _ in range(2):  # the two other tasks, answered with the greeting: wrong
+        await episode("Hello from Hermes Agent")
+    await episode("Goodbye")  # the greeting task again, wrong content
+asyncio.run(main())
+"#;
+
+#[test]
+fn openenv_cores_client_drives_episodes_to_their_rewards() {
+    let server = Server::start(&[]);
+    let episodes = python(&server.url, EPISODE);
+    assert_eq!(episodes.len(), 4);
+    let first = &episodes[0];
+    for name in ["terminal", "read_file", "write_file", "submit"] {
+        assert!(
+            first["tools"].as_array().unwrap().iter().any(|t| t == name),
+            "{name} not listed: {first}"
+        );
+    }
+    assert_eq!(first["tools"], first["reset_tools"]);
+    assert!(
+        first["terminal"].as_str().unwrap().contains("written"),
+        "{first}"
+    );
+    assert_eq!(first["unknown_error"], "tool_not_found");
+    assert_eq!(first["unknown_done"], false);
+    assert_eq!(
+        (first["reward"].as_f64(), first["done"].as_bool()),
+        (Some(1.0), Some(true))
+    );
+    // terminal, the unknown tool and the answer: three turns.
+    assert_eq!(first["steps"], 3);
+    for wrong in &episodes[1..] {
+        assert_eq!(
+            (wrong["reward"].as_f64(), wrong["done"].as_bool()),
+            (Some(0.0), Some(true)),
+            "{wrong}"
+        );
+    }
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
+    );
+}
+
+#[test]
+fn a_full_server_refuses_with_capacity_reached() {
+    let server = Server::start(&["--max-sessions", "1"]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    async with GenericEnvClient(base_url=URL) as first:
+        await first.reset()
+        try:
+            async with GenericEnvClient(base_url=URL) as second:
+                await second.reset()
+                print(json.dumps({"second": "admitted"}))
+        except RuntimeError as e:
+            print(json.dumps({"second": str(e)}))
+    # The slot is free again once the first session is closed.
+    async with GenericEnvClient(base_url=URL) as third:
+        r = await third.reset()
+        print(json.dumps({"third": r.observation["messages"][-1]["role"]}))
+asyncio.run(main())
+"#,
+    );
+    let refused = out[0]["second"].as_str().unwrap();
+    assert!(refused.contains("CAPACITY_REACHED"), "{refused}");
+    assert!(refused.contains("--max-sessions 1"), "{refused}");
+    assert_eq!(out[1]["third"], "user");
+}
+
+#[test]
+fn killing_the_client_mid_episode_leaves_no_sandbox() {
+    let server = Server::start(&[]);
+    let mut client = Command::new(common::openenv_python())
+        .args([
+            "-c",
+            &format!(
+                "URL = {:?}\n{}",
+                server.url,
+                r#"
+import asyncio, sys
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    env = GenericEnvClient(base_url=URL)
+    await env.connect()
+    await env.reset()
+    await env.step({"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "echo hi > ~/x"}})
+    print("READY", flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"#
+            ),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut line = String::new();
+    BufReader::new(client.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "READY");
+    assert_eq!(
+        server.scratch_dirs().len(),
+        1,
+        "the episode's sandbox exists while it runs"
+    );
+    client.kill().expect("kill the client");
+    client.wait().expect("wait");
+    // The server notices the closed socket and tears the sandbox down; how soon depends on
+    // the scheduler, so wait for it (bounded) rather than for a fixed time.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.scratch_dirs().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "sandbox left behind: {:?}",
+        server.scratch_dirs()
+    );
+}
+
+#[test]
+fn a_sandbox_failure_while_verifying_is_an_error_not_a_reward() {
+    let server = Server::start(&[]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        await env.step({"type": "call_tool", "tool_name": "terminal",
+                        "arguments": {"command": "cd /; rm -rf \"$HOME\"; echo gone"}})
+        try:
+            r = await env.step({"type": "submit", "answer": "done"})
+            print(json.dumps({"reward": r.reward}))
+        except RuntimeError as e:
+            print(json.dumps({"error": str(e)}))
+asyncio.run(main())
+"#,
+    );
+    let error = out[0]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a failed verification gave a reward: {}", out[0]));
+    assert!(error.contains("EXECUTION_ERROR"), "{error}");
+    assert!(error.contains("sandbox failure"), "{error}");
+}
+
+#[test]
+fn a_stop_request_ends_open_sessions_and_removes_their_sandboxes() {
+    let mut server = Server::start(&[]);
+    let mut client = Command::new(common::openenv_python())
+        .args([
+            "-c",
+            &format!(
+                "URL = {:?}\n{}",
+                server.url,
+                r#"
+import asyncio, json, sys
+from websockets.asyncio.client import connect
+async def main():
+    ws = await connect(URL.replace("http", "ws") + "/ws")
+    await ws.send(json.dumps({"type": "reset", "data": {}}))
+    await ws.recv()
+    await ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "echo hi > ~/x"}}}))
+    await ws.recv()
+    print("READY", flush=True)
+    print(await ws.recv(), flush=True)
+asyncio.run(main())
+"#
+            ),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "READY");
+    assert_eq!(server.scratch_dirs().len(), 1);
+    let (status, stderr) = server.interrupt();
+    assert!(status.success(), "exit {status:?}\n{stderr}");
+    line.clear();
+    out.read_line(&mut line).expect("read the goodbye");
+    let goodbye: Value = serde_json::from_str(line.trim()).expect("JSON");
+    assert_eq!(goodbye["data"]["code"], "SESSION_ERROR", "{goodbye}");
+    assert!(
+        goodbye["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{goodbye}"
+    );
+    client.wait().expect("wait");
+    let left: Vec<PathBuf> = std::fs::read_dir(server.tmp.path())
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
