@@ -384,3 +384,158 @@ asyncio.run(main())
         .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The wire's details as the guide's tables give them, over a raw WebSocket and HTTP.
+#[test]
+fn the_wire_answers_as_the_guide_says() {
+    let server = Server::start(&["--idle-timeout", "2"]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json, requests
+from websockets.asyncio.client import connect
+def show(name, value): print(json.dumps({"name": name, "value": value}), flush=True)
+async def ask(ws, message):
+    await ws.send(message if isinstance(message, str) else json.dumps(message))
+    return json.loads(await ws.recv())
+async def main():
+    show("http_reset", requests.post(URL + "/reset", json={}).json())
+    r = requests.post(URL + "/step", json={"action": {"type": "list_tools"}})
+    show("http_step", [r.status_code, r.json()])
+    show("http_mcp", requests.post(URL + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json())
+    show("http_mcp_empty", requests.post(URL + "/mcp", json={}).json())
+    ws = await connect(URL.replace("http", "ws") + "/ws")
+    show("not_json", await ask(ws, "{nope"))
+    show("unknown_type", await ask(ws, {"type": "dance"}))
+    show("step_first", await ask(ws, {"type": "step", "data": {"type": "list_tools"}}))
+    show("eval_reset", await ask(ws, {"type": "reset", "data": {"eval_index": 0, "seed": 7}}))
+    show("bad_eval", await ask(ws, {"type": "reset", "data": {"eval_index": 99}}))
+    await ask(ws, {"type": "reset", "data": {"eval_index": 0}})
+    show("invalid_args", await ask(ws, {"type": "step", "data": {"type": "call_tool", "tool_name": "terminal", "arguments": [1]}}))
+    show("unknown_action", await ask(ws, {"type": "step", "data": {"type": "fly"}}))
+    show("mcp_list", await ask(ws, {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}}))
+    show("mcp_call", await ask(ws, {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "terminal", "arguments": {"command": "echo 42 > ~/result.txt"}}}}))
+    show("mcp_submit", await ask(ws, {"type": "mcp", "data": {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "submit", "arguments": {"answer": "42"}}}}))
+    show("after_verdict", await ask(ws, {"type": "step", "data": {"type": "submit", "answer": "again"}}))
+    show("state", await ask(ws, {"type": "state"}))
+    # Silence past --idle-timeout: the server says why and closes.
+    show("idle", json.loads(await ws.recv()))
+asyncio.run(main())
+"#,
+    );
+    let get = |name: &str| -> &Value {
+        &out.iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"))["value"]
+    };
+    let reset = get("http_reset");
+    assert_eq!(reset["done"], false);
+    assert_eq!(reset["observation"]["messages"][1]["role"], "user");
+    assert!(reset["observation"]["tools"].as_array().unwrap().len() > 1);
+    assert_eq!(get("http_step")[0], 409);
+    assert!(get("http_step")[1]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("/ws"));
+    let listed = get("http_mcp")["result"]["tools"].as_array().unwrap();
+    assert!(listed
+        .iter()
+        .any(|t| t["name"] == "submit" && t["inputSchema"].is_object()));
+    assert_eq!(get("http_mcp_empty")["jsonrpc"], "2.0");
+    assert!(get("http_mcp_empty")["error"]["code"].is_i64());
+    let code = |name: &str| {
+        get(name)["data"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(code("not_json"), "INVALID_JSON");
+    assert_eq!(code("unknown_type"), "UNKNOWN_TYPE");
+    assert_eq!(code("step_first"), "VALIDATION_ERROR");
+    // eval_index 0 is terminal_test's eval item; a seed does not change it.
+    let eval = &get("eval_reset")["data"]["observation"];
+    assert!(
+        eval["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("6 * 7"),
+        "{eval}"
+    );
+    assert_eq!(code("bad_eval"), "VALIDATION_ERROR");
+    assert!(get("bad_eval")["data"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("eval_index 99"));
+    assert_eq!(
+        get("invalid_args")["data"]["observation"]["error"]["error_type"],
+        "invalid_args"
+    );
+    assert_eq!(code("unknown_action"), "VALIDATION_ERROR");
+    let mcp_tools = get("mcp_list")["data"]["result"]["tools"]
+        .as_array()
+        .unwrap();
+    assert!(mcp_tools.iter().any(|t| t["name"] == "terminal"));
+    assert_eq!(get("mcp_call")["data"]["result"]["isError"], false);
+    let verdict = &get("mcp_submit")["data"]["result"]["structuredContent"];
+    assert_eq!(
+        (verdict["reward"].as_f64(), verdict["done"].as_bool()),
+        (Some(1.0), Some(true)),
+        "{verdict}"
+    );
+    assert_eq!(verdict["outcome"], "scored");
+    assert_eq!(code("after_verdict"), "VALIDATION_ERROR");
+    let state = &get("state")["data"];
+    assert_eq!(
+        (state["done"].as_bool(), state["step_count"].as_u64()),
+        (Some(true), Some(3)),
+        "{state}"
+    );
+    assert_eq!(code("idle"), "SESSION_ERROR");
+    assert!(get("idle")["data"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--idle-timeout"));
+}
+
+/// A session past `--session-lifetime` is ended however busy it keeps the server.
+#[test]
+fn a_session_ends_at_its_lifetime() {
+    let server = Server::start(&["--session-lifetime", "2"]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from websockets.asyncio.client import connect
+async def main():
+    ws = await connect(URL.replace("http", "ws") + "/ws")
+    await ws.send(json.dumps({"type": "reset", "data": {}}))
+    await ws.recv()
+    async def keep_busy():
+        try:
+            while True:
+                await ws.send(json.dumps({"type": "state"}))
+                await asyncio.sleep(0.2)
+        except Exception:
+            pass
+    busy = asyncio.create_task(keep_busy())
+    while True:
+        reply = json.loads(await ws.recv())
+        if reply["type"] == "error":
+            print(json.dumps(reply))
+            break
+    busy.cancel()
+asyncio.run(main())
+"#,
+    );
+    assert_eq!(out[0]["data"]["code"], "SESSION_ERROR");
+    assert!(
+        out[0]["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--session-lifetime"),
+        "{}",
+        out[0]
+    );
+}
