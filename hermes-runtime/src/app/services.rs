@@ -103,42 +103,6 @@ impl<E: Environment> Services<E> {
     }
 }
 
-impl<E: Environment> Services<E> {
-    /// The services of a mode whose agent is outside this process (`openenv`): the sandbox
-    /// backend and the environment, no tokenizer and no health-checked inference pool (the
-    /// client is the model). The inference client is still built from the configured servers
-    /// for verifiers that call an LLM judge; its key is only needed when one does.
-    pub async fn start_for_outside_agent(cfg: ResolvedConfig) -> anyhow::Result<Self> {
-        for server in &cfg.servers {
-            crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
-        }
-        for entry in cfg.env.container_env.iter().flatten() {
-            if let Some((_, value)) = entry.split_once('=') {
-                crate::config::redact::remember_secret(value);
-            }
-        }
-        let name = E::descriptor().name;
-        let backend = crate::sandbox::Backend::from_config(&cfg.env)?;
-        let sandboxes = start_backend(&cfg.env, backend, name).await?.provider;
-        let llm = LlmClient::new(
-            &cfg.servers,
-            cfg.manager.max_n_completions.max(1) as u32,
-            RetryPolicy::from_config(&cfg.env),
-        )?;
-        let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
-        let rt = Runtime::builder(shared, llm, sandboxes, tools)
-            .distribution(distribution)
-            .build();
-        Ok(Services {
-            env,
-            rt,
-            cfg,
-            name,
-            scripted: None,
-        })
-    }
-}
-
 /// The run's tokenizer: `name` as a local path or a hub id (through the Hugging Face cache,
 /// downloading into it when online; see [`crate::hub`]). When it cannot be had: a Phase 2
 /// `--testing` run uses the built-in tiny tokenizer, Phase 2 stops with the error (which names

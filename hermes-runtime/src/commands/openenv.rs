@@ -10,10 +10,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Arg, ArgMatches, Command};
 
-use crate::app::Services;
 use crate::config::Mode;
 use crate::env::Environment;
-use crate::modes::openenv::{serve, OpenEnvOptions, SessionLimits};
+use crate::modes::openenv::{serve, start, OpenEnvOptions, SessionLimits};
 use crate::shutdown::Shutdown;
 
 /// The clap definition of `openenv`.
@@ -77,18 +76,10 @@ pub async fn run<E: Environment>(matches: &ArgMatches, shutdown: &Shutdown) -> a
         },
         grace,
     };
-    let services = shutdown
-        .unless_requested(Services::<E>::start_for_outside_agent(cfg))
-        .await??;
-    serve(
-        services.env,
-        services.rt,
-        options,
-        shutdown.clone(),
-        |addr| {
-            // One line on stdout for scripts and tests: where to connect.
-            println!("openenv listening on http://{addr}");
-        },
-    )
+    let (env, rt) = shutdown.unless_requested(start::<E>(&cfg)).await??;
+    serve(env, rt, options, shutdown.clone(), |addr| {
+        // One line on stdout for scripts and tests: where to connect.
+        println!("openenv listening on http://{addr}");
+    })
     .await
 }

@@ -13,6 +13,7 @@ use anyhow::Context as _;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
+use crate::config::ResolvedConfig;
 use crate::env::Environment;
 use crate::modes::rollout::{Runtime, SharedEnv};
 use crate::shutdown::Shutdown;
@@ -27,6 +28,36 @@ pub struct OpenEnvOptions {
     pub limits: SessionLimits,
     /// How long in-flight sessions may take to end after a stop request (`shutdown_grace`).
     pub grace: std::time::Duration,
+}
+
+/// The environment (after `setup`) and the runtime its episodes run with: the sandbox
+/// backend, no tokenizer and no health-checked inference pool (the client is the model). The
+/// inference client is still built from the configured servers for verifiers that call an LLM
+/// judge; its key is only needed when one does.
+pub async fn start<E: Environment>(cfg: &ResolvedConfig) -> anyhow::Result<(E, Runtime)> {
+    for server in &cfg.servers {
+        crate::config::redact::remember_secret(server.api_key.as_deref().unwrap_or(""));
+    }
+    // The author's container_env reaches the sandbox, where the model can print it.
+    for entry in cfg.env.container_env.iter().flatten() {
+        if let Some((_, value)) = entry.split_once('=') {
+            crate::config::redact::remember_secret(value);
+        }
+    }
+    let backend = crate::sandbox::Backend::from_config(&cfg.env)?;
+    let sandboxes = crate::sandbox::start_backend(&cfg.env, backend, E::descriptor().name)
+        .await?
+        .provider;
+    let llm = crate::llm::LlmClient::new(
+        &cfg.servers,
+        cfg.manager.max_n_completions.max(1) as u32,
+        crate::llm::RetryPolicy::from_config(&cfg.env),
+    )?;
+    let (env, shared, tools, distribution) = crate::setup::build_env::<E>(cfg).await?;
+    let rt = Runtime::builder(shared, llm, sandboxes, tools)
+        .distribution(distribution)
+        .build();
+    Ok((env, rt))
 }
 
 /// Serves `env` until `shutdown` is requested, then drains: every session ends its current
