@@ -539,3 +539,70 @@ asyncio.run(main())
         out[0]
     );
 }
+
+/// Tampering is the model's outcome: scored `tampered_reward` and marked, as in the other
+/// modes. A process left running past the agent phase trips a wire.
+#[test]
+fn a_tampered_episode_is_scored_tampered_reward_and_marked() {
+    let server = Server::start(&["--env.tampered_reward", "-1"]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        await env.step({"type": "call_tool", "tool_name": "terminal", "arguments": {"command":
+            "printf 'Hello from Hermes Agent' > ~/greeting.txt; setsid nohup sleep 300 >/dev/null 2>&1 & echo started"}})
+        r = await env.step({"type": "submit", "answer": "done"})
+        print(json.dumps({"reward": r.reward, "done": r.done, "observation": r.observation}))
+asyncio.run(main())
+"#,
+    );
+    let verdict = &out[0];
+    assert_eq!(
+        (verdict["reward"].as_f64(), verdict["done"].as_bool()),
+        (Some(-1.0), Some(true)),
+        "{verdict}"
+    );
+    let metadata = &verdict["observation"]["metadata"];
+    assert_eq!(metadata["outcome"], "tampered");
+    assert_eq!(metadata["tampered"], true);
+    assert!(
+        metadata["tripwires"]
+            .as_str()
+            .unwrap()
+            .contains("outlived the agent phase"),
+        "{metadata}"
+    );
+}
+
+/// A secret the sandbox holds (the author's `container_env`) never leaves in a response.
+#[test]
+fn secrets_stay_out_of_responses() {
+    let secret = "s3cr3t-openenv-7f2c9a";
+    let entry = format!("[\"HERMES_OPENENV_PROBE={secret}\"]");
+    let server = Server::start(&["--env.container_env", &entry]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        r = await env.step({"type": "call_tool", "tool_name": "terminal",
+                            "arguments": {"command": "echo \"token=$HERMES_OPENENV_PROBE\""}})
+        print(json.dumps(r.observation))
+asyncio.run(main())
+"#,
+    );
+    let result = out[0]["result"].as_str().unwrap();
+    assert!(result.contains("token="), "{result}");
+    assert!(
+        !result.contains(secret),
+        "the secret reached the client: {result}"
+    );
+    assert!(result.contains("<redacted>"), "{result}");
+}
