@@ -606,3 +606,139 @@ asyncio.run(main())
     );
     assert!(result.contains("<redacted>"), "{result}");
 }
+
+/// An environment whose verifier reads the final answer from the transcript: `42` pays 1.0,
+/// `fail` makes `compute_reward` fail, `panic` makes it panic.
+mod answers {
+    use hermes_env::prelude::*;
+
+    /// The one question.
+    #[derive(Debug, Clone, Serialize)]
+    pub struct Question;
+
+    /// Verified from the episode's final answer.
+    #[hermes_env(name = "answers", toolsets = ["terminal"], max_agent_turns = 5, main = false)]
+    pub struct Answers {}
+
+    #[hermes_env::hooks]
+    impl Answers {
+        async fn get_next_item(&mut self) -> Option<Question> {
+            Some(Question)
+        }
+
+        fn format_prompt(&self, _item: &Question) -> String {
+            "What is 6 * 7?".into()
+        }
+
+        async fn compute_reward(
+            &self,
+            _item: &Question,
+            run: &AgentResult,
+            _ctx: &ToolContext,
+        ) -> Result<f64> {
+            match run.final_response() {
+                Some("fail") => Err(anyhow::anyhow!("the grader is down")),
+                Some("panic") => panic!("the grader exploded"),
+                Some(answer) => Ok(if answer.trim() == "42" { 1.0 } else { 0.0 }),
+                None => Ok(0.0),
+            }
+        }
+    }
+}
+
+/// Serves `E` in this process on a free port until the returned handle is dropped.
+struct InProcess {
+    url: String,
+    stop: hermes_runtime::shutdown::Shutdown,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcess {
+    fn start<E: hermes_runtime::env::Environment>() -> InProcess {
+        use hermes_runtime::modes::openenv::{serve, start, OpenEnvOptions, SessionLimits};
+        let cfg = hermes_runtime::config::cli::resolve_flags(
+            &E::descriptor(),
+            hermes_runtime::config::Mode::Process,
+            ["--env.terminal_backend", "local"],
+        )
+        .expect("config");
+        let stop = hermes_runtime::shutdown::Shutdown::new();
+        let shutdown = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let (env, rt) = start::<E>(&cfg).await.expect("start");
+                let options = OpenEnvOptions {
+                    addr: "127.0.0.1:0".parse().unwrap(),
+                    limits: SessionLimits {
+                        max_sessions: 4,
+                        idle_timeout: Duration::from_secs(60),
+                        lifetime: Duration::from_secs(600),
+                    },
+                    grace: Duration::from_secs(10),
+                };
+                serve(env, rt, options, shutdown, |addr| {
+                    tx.send(addr).unwrap();
+                })
+                .await
+                .expect("serve");
+            });
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(60)).expect("listening");
+        InProcess {
+            url: format!("http://{addr}"),
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop.request();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn a_verifier_failure_is_an_error_and_the_answer_reaches_the_verifier() {
+    let server = InProcess::start::<answers::Answers>();
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def answer(text):
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        try:
+            r = await env.step({"type": "submit", "answer": text})
+            return {"reward": r.reward, "done": r.done}
+        except RuntimeError as e:
+            return {"error": str(e)}
+async def main():
+    for text in ["42", "41", "fail", "panic"]:
+        print(json.dumps(await answer(text)))
+asyncio.run(main())
+"#,
+    );
+    assert_eq!(out[0]["reward"], 1.0, "{}", out[0]);
+    assert_eq!(out[1]["reward"], 0.0, "{}", out[1]);
+    for (failed, why) in [
+        (&out[2], "the grader is down"),
+        (&out[3], "the grader exploded"),
+    ] {
+        let error = failed["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a verifier failure gave a reward: {failed}"));
+        assert!(error.contains("verifier failure"), "{error}");
+        assert!(error.contains(why), "{error}");
+        assert!(error.contains("EXECUTION_ERROR"), "{error}");
+    }
+}

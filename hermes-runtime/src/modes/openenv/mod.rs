@@ -48,17 +48,36 @@ pub async fn start<E: Environment>(cfg: &ResolvedConfig) -> anyhow::Result<(E, R
     let sandboxes = crate::sandbox::start_backend(&cfg.env, backend, E::descriptor().name)
         .await?
         .provider;
-    let llm = crate::llm::LlmClient::new(
-        &cfg.servers,
-        cfg.manager.max_n_completions.max(1) as u32,
-        crate::llm::RetryPolicy::from_config(&cfg.env),
-    )?;
+    let llm = judge_client(cfg)?;
     let (env, shared, tools, distribution) = crate::setup::build_env::<E>(cfg).await?;
     let rt = Runtime::builder(shared, llm, sandboxes, tools)
         .distribution(distribution)
         .build();
     Ok((env, rt))
 }
+
+/// The inference client of verifiers that call an LLM judge: the configured servers, or,
+/// when none is configured, a placeholder that refuses every call (said once: such a judge's
+/// episodes then end as verifier failures, never as a reward).
+fn judge_client(cfg: &ResolvedConfig) -> anyhow::Result<crate::llm::LlmClient> {
+    let max_n = cfg.manager.max_n_completions.max(1) as u32;
+    let retry = crate::llm::RetryPolicy::from_config(&cfg.env);
+    if cfg.servers.iter().all(|s| s.base_url().is_some()) && !cfg.servers.is_empty() {
+        return Ok(crate::llm::LlmClient::new(&cfg.servers, max_n, retry)?);
+    }
+    info!(
+        "openenv: no inference server configured (--openai.base_url); the client is the model, \
+         and a verifier that calls an LLM judge fails (a verifier failure, no reward)"
+    );
+    let nowhere = crate::config::ApiServerConfig {
+        base_url: Some(UNCONFIGURED_JUDGE.into()),
+        ..Default::default()
+    };
+    Ok(crate::llm::LlmClient::new(&[nowhere], max_n, retry)?)
+}
+
+/// The judge URL when none is configured: the discard port, where nothing answers.
+const UNCONFIGURED_JUDGE: &str = "http://127.0.0.1:9/v1";
 
 /// Serves `env` until `shutdown` is requested, then drains: every session ends its current
 /// step, is told the server is shutting down and loses its sandbox (within `grace`).
