@@ -2,7 +2,7 @@
 //! PyPI, in the suite's venv under `target/`): its conformance check
 //! (`validate_running_environment`, what `openenv validate --url` runs) and its own clients
 //! (`MCPToolClient`, `GenericEnvClient` over `/ws`) driving whole episodes with the local
-//! sandbox backend.
+//! sandbox backend (and Docker for the disconnect check).
 
 mod common;
 
@@ -29,7 +29,10 @@ impl Server {
         let mut child = Command::new(common::example_bin("terminal_test"))
             .args(["openenv", "--port", "0"])
             .args(extra)
-            .args(["--env.terminal_backend", "local"])
+            .args(match extra.contains(&"--env.terminal_backend") {
+                true => &[][..],
+                false => &["--env.terminal_backend", "local"][..],
+            })
             .env("TMPDIR", tmp.path())
             .stdout(Stdio::piped())
             .stderr(log.reopen().expect("log file"))
@@ -254,16 +257,8 @@ asyncio.run(main())
     assert_eq!(out[1]["third"], "user");
 }
 
-#[test]
-fn killing_the_client_mid_episode_leaves_no_sandbox() {
-    let server = Server::start(&[]);
-    let mut client = Command::new(common::openenv_python())
-        .args([
-            "-c",
-            &format!(
-                "URL = {:?}\n{}",
-                server.url,
-                r#"
+/// A client that opens an episode, runs one command in its sandbox, says `READY` and waits.
+const MID_EPISODE: &str = r#"
 import asyncio, sys
 from openenv.core.generic_client import GenericEnvClient
 async def main():
@@ -274,9 +269,12 @@ async def main():
     print("READY", flush=True)
     await asyncio.sleep(3600)
 asyncio.run(main())
-"#
-            ),
-        ])
+"#;
+
+/// Starts [`MID_EPISODE`] against `url` and returns it once it is `READY`.
+fn client_mid_episode(url: &str) -> Child {
+    let mut client = Command::new(common::openenv_python())
+        .args(["-c", &format!("URL = {url:?}\n{MID_EPISODE}")])
         .stdout(Stdio::piped())
         .spawn()
         .expect("python");
@@ -285,6 +283,38 @@ asyncio.run(main())
         .read_line(&mut line)
         .expect("read");
     assert_eq!(line.trim(), "READY");
+    client
+}
+
+#[test]
+fn killing_the_client_mid_episode_leaves_no_container() {
+    common::docker::require_docker();
+    let server = Server::start(&["--env.terminal_backend", "docker"]);
+    let mut client = client_mid_episode(&server.url);
+    let pid = server.child.id();
+    assert_eq!(
+        common::docker::sandbox_states_of(pid),
+        ["running"],
+        "the episode's container runs while the episode does"
+    );
+    client.kill().expect("kill the client");
+    client.wait().expect("wait");
+    // The server notices the closed socket and removes the container; wait for it (bounded).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !common::docker::sandbox_states_of(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        common::docker::sandbox_states_of(pid),
+        Vec::<String>::new(),
+        "container left behind"
+    );
+}
+
+#[test]
+fn killing_the_client_mid_episode_leaves_no_sandbox() {
+    let server = Server::start(&[]);
+    let mut client = client_mid_episode(&server.url);
     assert_eq!(
         server.scratch_dirs().len(),
         1,
