@@ -450,7 +450,9 @@ async def main():
         "params": {"name": "submit", "arguments": {"answer": "42"}}}}))
     show("after_verdict", await ask(ws, {"type": "step", "data": {"type": "submit", "answer": "again"}}))
     show("state", await ask(ws, {"type": "state"}))
-    # Silence past --idle-timeout: the server says why and closes.
+    await ask(ws, {"type": "reset", "data": {}})
+    await ask(ws, {"type": "step", "data": {"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "echo hi > ~/x"}}})
+    # Silence past --idle-timeout: the server removes the sandbox, says why and closes.
     show("idle", json.loads(await ws.recv()))
 asyncio.run(main())
 "#,
@@ -527,6 +529,11 @@ asyncio.run(main())
         .as_str()
         .unwrap()
         .contains("--idle-timeout"));
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
+    );
 }
 
 /// A session past `--session-lifetime` is ended however busy it keeps the server.
@@ -541,6 +548,8 @@ from websockets.asyncio.client import connect
 async def main():
     ws = await connect(URL.replace("http", "ws") + "/ws")
     await ws.send(json.dumps({"type": "reset", "data": {}}))
+    await ws.recv()
+    await ws.send(json.dumps({"type": "step", "data": {"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "echo hi > ~/x"}}}))
     await ws.recv()
     async def keep_busy():
         try:
@@ -567,6 +576,11 @@ asyncio.run(main())
             .contains("--session-lifetime"),
         "{}",
         out[0]
+    );
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
     );
 }
 
