@@ -434,6 +434,8 @@ async def main():
     show("http_step", [r.status_code, r.json()])
     show("http_mcp", requests.post(URL + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json())
     show("http_mcp_empty", requests.post(URL + "/mcp", json={}).json())
+    show("http_mcp_call", requests.post(URL + "/mcp", json={"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "terminal", "arguments": {"command": "true"}}}).json())
     ws = await connect(URL.replace("http", "ws") + "/ws")
     show("not_json", await ask(ws, "{nope"))
     show("unknown_type", await ask(ws, {"type": "dance"}))
@@ -477,6 +479,8 @@ asyncio.run(main())
         .any(|t| t["name"] == "submit" && t["inputSchema"].is_object()));
     assert_eq!(get("http_mcp_empty")["jsonrpc"], "2.0");
     assert!(get("http_mcp_empty")["error"]["code"].is_i64());
+    let call = &get("http_mcp_call")["error"]["message"];
+    assert!(call.as_str().unwrap().contains("/ws"), "{call}");
     let code = |name: &str| {
         get(name)["data"]["code"]
             .as_str()
