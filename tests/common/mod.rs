@@ -213,7 +213,38 @@ pub fn llama_cpp_sdist() -> PathBuf {
 
 /// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
 /// lock, when `probe` does not run); panics with a message naming what is missing.
+/// A Python with `openenv-core==0.3.0` (the OpenEnv wire's own server, clients and
+/// `openenv validate` checks) in `target/openenv-venv`. Installed without its optional-looking
+/// hard dependencies (gradio, openai, the CLI's typer): the clients and
+/// `validate_running_environment` need only the packages listed here.
+pub fn openenv_python() -> PathBuf {
+    python_venv_steps(
+        "openenv-venv",
+        &[
+            &["--no-deps", "openenv-core==0.3.0"],
+            &[
+                "fastapi",
+                "pydantic",
+                "uvicorn",
+                "requests",
+                "websockets>=15.0.1",
+                "httpx",
+                "fastmcp",
+            ],
+        ],
+        "from openenv.core.mcp_client import MCPToolClient; \
+         from openenv.core.generic_client import GenericEnvClient; \
+         from openenv.cli._validation import validate_running_environment",
+    )
+}
+
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
+    python_venv_steps(name, &[packages], probe)
+}
+
+/// A venv `target/NAME` where `probe` runs, made (once, under a lock) by one `pip install` per
+/// entry of `installs`.
+fn python_venv_steps(name: &str, installs: &[&[&str]], probe: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
     let venv = target.join(name);
@@ -228,7 +259,7 @@ fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
             .is_ok_and(|o| o.status.success())
     };
     if !ready() {
-        let wanted = packages.join(" ");
+        let wanted = installs.concat().join(" ");
         let step = |program: &std::path::Path, args: &[&str]| {
             let out = std::process::Command::new(program)
                 .args(args)
@@ -251,9 +282,11 @@ fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
             std::path::Path::new("python3"),
             &["-m", "venv", venv.to_str().unwrap()],
         );
-        let mut args = vec!["install", "--quiet"];
-        args.extend_from_slice(packages);
-        step(&venv.join("bin/pip"), &args);
+        for packages in installs {
+            let mut args = vec!["install", "--quiet"];
+            args.extend_from_slice(packages);
+            step(&venv.join("bin/pip"), &args);
+        }
     }
     drop(lock);
     python

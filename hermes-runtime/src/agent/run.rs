@@ -251,6 +251,76 @@ impl AgentLoop<'_> {
         todos: &TodoStore,
         errors: &mut Vec<ToolError>,
     ) -> String {
+        self.dispatcher()
+            .dispatch(turn, call, user_task, todos, errors)
+            .await
+    }
+
+    fn dispatcher(&self) -> Dispatcher<'_> {
+        Dispatcher {
+            tools: self.tools,
+            sandbox: self.sandbox,
+            tool_permits: self.tool_permits,
+            settings: self.settings,
+        }
+    }
+}
+
+/// Runs the model's tool calls in a rollout's sandbox: the loop's own calls, and those of an
+/// agent outside this process (the `openenv` mode's sessions), so both see the same results,
+/// failures and size limits.
+pub(crate) struct Dispatcher<'a> {
+    /// The tools offered.
+    pub tools: &'a ToolSet,
+    /// The rollout's sandbox.
+    pub sandbox: &'a TaskSandbox,
+    /// Bounds concurrent tool executions across rollouts (`tool_pool_size`).
+    pub tool_permits: &'a Semaphore,
+    /// Loop settings (terminal timeout, result budget).
+    pub settings: &'a AgentSettings,
+}
+
+impl Dispatcher<'_> {
+    /// [`Self::dispatch`], then an oversized result saved in the sandbox (the per-call part of
+    /// the result budget) as the loop does.
+    pub(crate) async fn dispatch_within_budget(
+        &self,
+        turn: u32,
+        call: &ToolCall,
+        user_task: &str,
+        todos: &TodoStore,
+        errors: &mut Vec<ToolError>,
+    ) -> String {
+        let content = self.dispatch(turn, call, user_task, todos, errors).await;
+        let registered = self
+            .tools
+            .get(&call.function.name)
+            .and_then(|t| t.max_result_chars());
+        let threshold = self
+            .settings
+            .result_budget
+            .threshold(&call.function.name, registered);
+        if threshold.is_some_and(|t| content.chars().count() > t) {
+            return persist(
+                self.sandbox,
+                &call.id,
+                &content,
+                &self.settings.result_budget,
+            )
+            .await;
+        }
+        content
+    }
+
+    /// Runs one call and returns the tool message content; failures are recorded.
+    pub(crate) async fn dispatch(
+        &self,
+        turn: u32,
+        call: &ToolCall,
+        user_task: &str,
+        todos: &TodoStore,
+        errors: &mut Vec<ToolError>,
+    ) -> String {
         let name = call.function.name.as_str();
         let raw = call.function.arguments.as_str();
         let mut record = |error: String, shown: &str| {

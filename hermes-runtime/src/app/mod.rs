@@ -91,6 +91,14 @@ pub fn main<E: Environment>() -> ExitCode {
                 result = execute::<E>(*cfg, &shutdown) => Some(result),
             }
             .filter(|_| !shutdown.is_forced()),
+            // A serving subcommand drains on the first signal; only a second one cancels it.
+            Resolved::Utility(name, matches) if crate::commands::serves_until_stopped(&name) => {
+                tokio::select! {
+                    biased;
+                    () = shutdown.forced() => None,
+                    result = crate::commands::serve::<E>(&name, &matches, &shutdown) => Some(result),
+                }
+            }
             Resolved::Utility(name, matches) => tokio::select! {
                 result = crate::commands::run::<E>(&name, &matches) => Some(result),
                 () = shutdown.requested() => None,

@@ -4,6 +4,7 @@
 
 mod check;
 mod hack;
+mod openenv;
 mod parsers;
 mod sandbox;
 mod view;
@@ -12,17 +13,37 @@ mod wandb;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
 use crate::env::Environment;
+use crate::shutdown::Shutdown;
 
 /// The clap definitions of every utility subcommand.
 pub fn definitions() -> Vec<Command> {
     vec![
         check::command(),
         hack::command(),
+        openenv::command(),
         parsers::command(),
         sandbox::command(),
         view::command(),
         wandb::command(),
     ]
+}
+
+/// True for the subcommands that serve until stopped and drain on the first signal (they get
+/// the [`Shutdown`] through [`serve`]); the others are cancelled by it.
+pub fn serves_until_stopped(name: &str) -> bool {
+    name == "openenv"
+}
+
+/// Runs a subcommand for which [`serves_until_stopped`] holds.
+pub async fn serve<E: Environment>(
+    name: &str,
+    matches: &ArgMatches,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    match name {
+        "openenv" => openenv::run::<E>(matches, shutdown).await,
+        _ => anyhow::bail!("'{name}' is not a serving subcommand"),
+    }
 }
 
 /// Runs the utility subcommand `name` (one of [`definitions`]).

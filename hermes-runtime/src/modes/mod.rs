@@ -5,6 +5,7 @@ pub mod drops;
 pub mod evaluate;
 pub mod failures;
 pub mod html;
+pub mod openenv;
 pub mod output;
 pub mod process;
 pub mod report;

@@ -180,6 +180,17 @@ impl Runtime {
         }
     }
 
+    /// Bounds concurrent tool executions (`tool_pool_size`), for tool calls made outside the
+    /// agent loop (the `openenv` mode's sessions).
+    pub(crate) fn tool_permits(&self) -> &Semaphore {
+        &self.tool_permits
+    }
+
+    /// The sandbox backend.
+    pub(crate) fn sandboxes(&self) -> &Arc<dyn SandboxProvider> {
+        &self.sandboxes
+    }
+
     /// The shared env config.
     pub fn config(&self) -> &Arc<HermesEnvConfig> {
         &self.config
@@ -395,7 +406,7 @@ async fn run_attempt<A: EnvAccess>(
 
 /// The rollout's opening messages (system prompt, then the item's prompt) and its sandbox
 /// spec; the item's reference solution goes to the run's reference sink on the way.
-async fn first_messages<A: EnvAccess>(
+pub(crate) async fn first_messages<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     item: &Arc<<A::Env as Environment>::Item>,
@@ -465,7 +476,7 @@ async fn run_agent(
 
 /// Stops what the tools left running in the sandbox, then tears it down (each failure one
 /// warning: the rollout's result stands).
-async fn release(sandbox: &TaskSandbox) {
+pub(crate) async fn release(sandbox: &TaskSandbox) {
     if sandbox.is_created() && sandbox.has_tool_state() {
         if let Ok(created) = sandbox.get().await {
             let own = sandbox.own_processes();
@@ -483,7 +494,7 @@ async fn release(sandbox: &TaskSandbox) {
 /// model giving nothing to verify, a tripped wire, or the verifier's verdict (on a run that
 /// outgrew the model's context too: that is the model's outcome, like a turn-limit end).
 #[allow(clippy::too_many_arguments)]
-async fn settle<E: Environment>(
+pub(crate) async fn settle<E: Environment>(
     env: &E,
     rt: &Runtime,
     item: &E::Item,

@@ -1,0 +1,85 @@
+//! `openenv`: serves the environment over the OpenEnv wire (`openenv-core`'s HTTP and
+//! WebSocket protocol) until stopped, so a trainer's own agent loop drives its episodes: one
+//! WebSocket session = one item, its own sandbox and tools; the final answer runs the
+//! verifier. Other arguments are the `process` mode's flags (`--config FILE`, `--env.*`,
+//! `--openai.*`); no inference server is needed unless the verifier calls an LLM judge.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Arg, ArgMatches, Command};
+
+use crate::config::Mode;
+use crate::env::Environment;
+use crate::modes::openenv::{serve, start, OpenEnvOptions, SessionLimits};
+use crate::shutdown::Shutdown;
+
+/// The clap definition of `openenv`.
+pub fn command() -> Command {
+    let number =
+        |name: &'static str, value: &'static str, default: &'static str, help: &'static str| {
+            Arg::new(name)
+                .long(name)
+                .value_name(value)
+                .default_value(default)
+                .value_parser(clap::value_parser!(u64))
+                .help(help)
+        };
+    Command::new("openenv")
+        .about("Serve the environment over the OpenEnv wire (HTTP + WebSocket /ws, MCP actions) for a trainer's agent loop")
+        .arg(
+            Arg::new("host")
+                .long("host")
+                .value_name("HOST")
+                .default_value("127.0.0.1")
+                .value_parser(clap::value_parser!(IpAddr))
+                .help("Address to listen on"),
+        )
+        .arg(
+            Arg::new("port")
+                .long("port")
+                .value_name("PORT")
+                .default_value("8000")
+                .value_parser(clap::value_parser!(u16))
+                .help("Port to listen on (0 picks a free one)"),
+        )
+        .arg(number("max-sessions", "N", "64", "Most concurrent WebSocket sessions; more are refused with CAPACITY_REACHED"))
+        .arg(number("idle-timeout", "SECONDS", "300", "A session without a message for this long is closed and its sandbox removed"))
+        .arg(number("session-lifetime", "SECONDS", "3600", "A session is closed after this long however busy (checked between messages)"))
+        .arg(super::process_flags_arg())
+}
+
+/// Runs `openenv` for environment `E` until `shutdown` is requested.
+pub async fn run<E: Environment>(matches: &ArgMatches, shutdown: &Shutdown) -> anyhow::Result<()> {
+    let seconds =
+        |name: &str| Duration::from_secs(*matches.get_one::<u64>(name).expect("has a default"));
+    let host = *matches.get_one::<IpAddr>("host").expect("has a default");
+    let port = *matches.get_one::<u16>("port").expect("has a default");
+    let flags = super::process_flags(matches);
+    let cfg = crate::config::cli::resolve_flags(&E::descriptor(), Mode::Process, flags)?;
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let grace = crate::shutdown::grace(cfg.env.shutdown_grace);
+    let options = OpenEnvOptions {
+        addr: SocketAddr::new(host, port),
+        limits: SessionLimits {
+            max_sessions: usize::try_from(
+                *matches
+                    .get_one::<u64>("max-sessions")
+                    .expect("has a default"),
+            )
+            .context("--max-sessions is too large")?,
+            idle_timeout: seconds("idle-timeout"),
+            lifetime: seconds("session-lifetime"),
+        },
+        grace,
+    };
+    let (env, rt) = shutdown.unless_requested(start::<E>(&cfg)).await??;
+    serve(env, rt, options, shutdown.clone(), |addr| {
+        // One line on stdout for scripts and tests: where to connect.
+        println!("openenv listening on http://{addr}");
+    })
+    .await
+}
