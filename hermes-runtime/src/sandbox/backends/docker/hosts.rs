@@ -378,8 +378,8 @@ impl Sandbox for PlacedSandbox {
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
         self.guarded(self.inner.kill_leftover_processes(keep)).await
     }
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
-        self.guarded(self.inner.changed_paths()).await
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        self.guarded(self.inner.changed_paths(roots)).await
     }
     async fn scan_changes(
         &self,

@@ -25,7 +25,8 @@ use tokio::sync::{mpsc, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
-use super::{Container, Shared};
+use super::storage::{say_falling_back, UpperDir};
+use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
 use crate::sandbox::error::SandboxError;
 use crate::sandbox::exec::output::CappedOutput;
@@ -38,7 +39,7 @@ use crate::sandbox::files::archive::{
 };
 use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
-use crate::sandbox::integrity::tripwire::kill_leftovers_inside;
+use crate::sandbox::integrity::tripwire::{kill_leftovers_inside, WIRE_TIMEOUT};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
 /// stream), output is still read until the stream is quiet this long …
@@ -66,6 +67,8 @@ pub struct DockerSandbox {
     shared: Arc<Shared>,
     cwd: Mutex<String>,
     home: OnceCell<String>,
+    /// The container's upper directory, when its changes can be read there.
+    upper: OnceCell<Option<UpperDir>>,
     tmpfs: Vec<String>,
     /// The persistent shell, started by the first command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<DockerLink>>>,
@@ -173,6 +176,7 @@ impl DockerSandbox {
             cwd: Mutex::new(shared.settings.workdir.clone()),
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
+            upper: OnceCell::new(),
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             process_groups: Mutex::new(Vec::new()),
@@ -217,6 +221,31 @@ impl DockerSandbox {
             })
             .await
             .map(String::as_str)
+    }
+
+    /// The container's upper directory in the daemon's storage, asked once, when this process
+    /// can read the container's changes there (else the first sandbox of the daemon says why).
+    async fn upper_dir(&self) -> Result<Option<&UpperDir>, SandboxError> {
+        if self.shared.settings.change_source == ChangeSource::Daemon {
+            return Ok(None);
+        }
+        self.upper
+            .get_or_try_init(|| async {
+                let info = self
+                    .docker()
+                    .inspect_container(self.name(), None)
+                    .await
+                    .map_err(|e| container_error(self.name(), e))?;
+                Ok(match UpperDir::from_driver(info.graph_driver.as_ref()) {
+                    Ok(upper) => Some(upper),
+                    Err(why) => {
+                        say_falling_back(&self.shared.endpoint.host, &why);
+                        None
+                    }
+                })
+            })
+            .await
+            .map(Option::as_ref)
     }
 
     /// Resolves `~`, `~/x` and relative paths (against the working directory) to a normalised
@@ -856,7 +885,18 @@ impl Sandbox for DockerSandbox {
         kill_leftovers_inside(self, keep).await
     }
 
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        if let Some(upper) = self.upper_dir().await? {
+            let (upper, roots) = (upper.clone(), roots.to_vec());
+            let read = tokio::task::spawn_blocking(move || upper.changes(&roots, WIRE_TIMEOUT));
+            return match read.await {
+                Ok(found) => found.map(Some),
+                Err(e) => Err(SandboxError::worker(
+                    "the read of the container's changes",
+                    e,
+                )),
+            };
+        }
         let changes = self
             .docker()
             .container_changes(self.name())
