@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use bollard::Docker;
 use hermes_runtime::sandbox::tripwire::{watched_changes, watched_roots};
-use hermes_runtime::sandbox::{DockerProvider, ExecRequest, Sandbox, SandboxProvider, SandboxSpec};
+use hermes_runtime::sandbox::{
+    ChangeScan, DockerProvider, ExecRequest, Sandbox, SandboxProvider, SandboxSpec,
+};
 
 async fn sandbox() -> (DockerProvider, Arc<dyn Sandbox>) {
     common::docker::require_docker();
@@ -180,5 +182,57 @@ async fn a_system_directory_replaced_by_a_link_is_a_watched_change_from_either_s
         ..SandboxSpec::default()
     };
     assert!(watched_changes(&storage_changes(s.as_ref(), &open).await, &open).is_empty());
+    s.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_home_scans_over_the_storage_find_what_find_in_the_container_finds() {
+    let (_provider, s) = sandbox().await;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    ok(
+        s.as_ref(),
+        "set -e; cd ~
+         mkdir -p pkg/__pycache__ deep/er/_pytest os
+         touch conftest.py pkg/evil.pth pkg/__pycache__/conftest.py deep/er/_pytest/x.py json.py notes.txt
+         ln -s /usr/lib linked
+         rm .bashrc",
+    )
+    .await;
+    let names = |n: &[&str]| -> Arc<[String]> { n.iter().map(|n| (*n).to_owned()).collect() };
+    let scans = [
+        // The deleted `.bashrc` is a whiteout in the storage, no file: neither reports it.
+        ChangeScan {
+            roots: vec!["~".into()],
+            names: names(&["conftest.py", "*.pth", "_pytest", ".bashrc", "linked"]),
+            top_level: false,
+            since,
+        },
+        ChangeScan {
+            roots: vec!["~".into()],
+            names: names(&["json.py", "os", "deep", ".bashrc"]),
+            top_level: true,
+            since,
+        },
+        ChangeScan {
+            roots: vec!["~/deep".into(), "/nonexistent".into()],
+            names: names(&[]),
+            top_level: false,
+            since,
+        },
+    ];
+    let host = s
+        .scan_changes(&scans)
+        .await
+        .unwrap()
+        .expect("the scans read the storage (this test needs a local daemon with an overlay storage driver and root)");
+    for (scan, found) in scans.iter().zip(host) {
+        let inside = ok(s.as_ref(), &format!("{}; true", scan.find_command())).await;
+        let inside = sorted(inside.lines().map(str::to_owned).collect());
+        assert!(!inside.is_empty(), "{scan:?}");
+        assert_eq!(sorted(found), inside, "{scan:?}");
+    }
     s.teardown().await.unwrap();
 }

@@ -4,7 +4,7 @@
 //! endpoints (through `tar` in an exec for paths on tmpfs mounts, which those endpoints cannot
 //! see), removal through the container's guard.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -28,10 +28,11 @@ use tracing::{debug, warn};
 use super::storage::{say_falling_back, UpperDir};
 use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
+use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
 use crate::sandbox::exec::output::CappedOutput;
 use crate::sandbox::exec::persistent::{
-    frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
+    frameable, run_in_shell, shell_argv, Outcome, PersistentShell, Piece, ShellHost, ShellLink,
 };
 use crate::sandbox::exec::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use crate::sandbox::files::archive::{
@@ -46,6 +47,9 @@ use crate::sandbox::integrity::tripwire::{kill_leftovers_inside, WIRE_TIMEOUT};
 const DRAIN_QUIET: Duration = Duration::from_millis(200);
 /// … or at most this long.
 const DRAIN_MAX: Duration = Duration::from_millis(1000);
+/// How long the agent's shell may take to kill its commands' groups at reset before an exec of
+/// its own does it instead (a builtin `kill`: milliseconds unless the shell is held).
+const KILL_IN_SHELL: Duration = Duration::from_secs(2);
 /// Deadline of internal helper commands (kill, tar, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -261,6 +265,36 @@ impl DockerSandbox {
             format!("{}/{path}", self.shared.settings.workdir)
         };
         Ok(normalize(&joined))
+    }
+
+    /// Where the container has mounts of its own: the tmpfs and bind mounts and volumes of the
+    /// settings, and the engine's (`/proc`, `/sys`, `/dev`, the files of `/etc` it writes).
+    fn mount_points(&self) -> Vec<String> {
+        let settings = &self.shared.settings;
+        let binds = settings.mounts.iter().filter_map(|m| {
+            let mut parts = m.split(':');
+            let first = parts.next()?;
+            Some(
+                parts
+                    .next()
+                    .unwrap_or(first)
+                    .trim_end_matches('/')
+                    .to_owned(),
+            )
+        });
+        [
+            "/proc",
+            "/sys",
+            "/dev",
+            "/etc/hosts",
+            "/etc/hostname",
+            "/etc/resolv.conf",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(self.tmpfs.iter().cloned())
+        .chain(binds)
+        .collect()
     }
 
     fn on_tmpfs(&self, abs: &str) -> bool {
@@ -772,17 +806,32 @@ impl Sandbox for DockerSandbox {
         let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
         if !groups.is_empty() {
             // Process groups the shell reported; killing them ends the shell's `wait`, and the
-            // shell exits at the end of its stdin, closed below.
-            let mut argv: Vec<String> = [
-                "bash",
-                "-c",
-                "kill -KILL -- \"$@\" 2>/dev/null; true",
-                "hermes",
-            ]
-            .map(String::from)
-            .to_vec();
-            argv.extend(groups.iter().map(|g| format!("-{g}")));
-            self.exec_collect(argv, None).await?;
+            // shell exits at the end of its stdin, closed below. Through the shell itself when
+            // it can take a command (milliseconds, where an exec of its own costs a create and
+            // a start on the daemon); in an exec of its own when it cannot, or did not answer.
+            let targets: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+            let in_shell = match shell.as_mut() {
+                Some(live) if live.in_sync() => {
+                    let command = format!("kill -KILL -- {} 2>/dev/null; true", targets.join(" "));
+                    let request = ExecRequest::new(command, KILL_IN_SHELL).with_workdir("/");
+                    let deadline = Instant::now() + KILL_IN_SHELL;
+                    let outcome = live.run("/", &request, deadline, |_, _| {}).await;
+                    matches!(outcome, Outcome::Done { code: 0, .. })
+                }
+                _ => false,
+            };
+            if !in_shell {
+                let mut argv: Vec<String> = [
+                    "bash",
+                    "-c",
+                    "kill -KILL -- \"$@\" 2>/dev/null; true",
+                    "hermes",
+                ]
+                .map(String::from)
+                .to_vec();
+                argv.extend(targets);
+                self.exec_collect(argv, None).await?;
+            }
         }
         if let Some(shell) = shell.take() {
             shell.close().await;
@@ -909,6 +958,36 @@ impl Sandbox for DockerSandbox {
                 .map(|c| c.path)
                 .collect(),
         ))
+    }
+
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        let Some(upper) = self.upper_dir().await? else {
+            return Ok(None);
+        };
+        let home = PathBuf::from(self.home().await?);
+        // A root on another mount (tmpfs, bind, volume) is not in the upper directory; `find
+        // -xdev` in the container does not enter mounts below a root, nor does this walk.
+        let mounts = self.mount_points();
+        let elsewhere = scans
+            .iter()
+            .flat_map(|s| s.resolved_roots(&home))
+            .any(|root| {
+                mounts
+                    .iter()
+                    .any(|m| root == *m || root.starts_with(&format!("{m}/")))
+            });
+        if elsewhere {
+            return Ok(None);
+        }
+        let (upper, scans) = (upper.clone(), scans.to_vec());
+        let read = tokio::task::spawn_blocking(move || upper.scan(&scans, &home, WIRE_TIMEOUT));
+        match read.await {
+            Ok(found) => found,
+            Err(e) => Err(SandboxError::worker("the tripwire scans", e)),
+        }
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bollard::models::DriverData;
 use tracing::warn;
 
+use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
 
 /// Storage drivers whose containers' changes are an overlay upper directory.
@@ -96,6 +97,35 @@ impl UpperDir {
             walk.root(&self.0, root)?;
         }
         Ok(walk.found)
+    }
+}
+
+impl UpperDir {
+    /// The tripwires' file scans over the upper directory (`home` is the sandbox's `~`): what
+    /// changed since the arming is there, with the inode change times the container's own
+    /// `find` would read. `None` when a root's ancestor there is a link: the scans then run in
+    /// the container, which resolves it there.
+    pub(crate) fn scan(
+        &self,
+        scans: &[ChangeScan],
+        home: &Path,
+        deadline: Duration,
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        for root in scans.iter().flat_map(|s| s.resolved_roots(home)) {
+            let mut at = self.0.clone();
+            let parts: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
+            for part in parts.iter().take(parts.len().saturating_sub(1)) {
+                at.push(part);
+                if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Ok(None);
+                }
+            }
+        }
+        scans
+            .iter()
+            .map(|scan| scan.walk_in(&self.0, home, deadline, true))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 }
 

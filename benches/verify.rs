@@ -1,0 +1,183 @@
+//! The fixed cost of a Docker rollout (not a test): create and start the container, two
+//! `terminal` calls, the tripwires before verification, the reset of the agent's shell, and
+//! the removal — with the tripwires reading the container's changes from the daemon's storage
+//! (the default where it can) and from the daemon's diff (the path before it), rollouts of the
+//! two interleaved in the same run. Each part of the tripwires is timed on its own after the
+//! rollout's real check: the leftover killer, the change list, and the two home scans (hooks,
+//! module shadows) as the `find` commands the check runs.
+//!
+//! Needs a local daemon and the sandbox image (`sandbox-images/build`); reading the storage
+//! needs root and an overlay storage driver, else both rows measure the diff (the bench says
+//! so). Run: `cargo bench --bench verify` (`-- --quick`: 6 rollouts of each instead of 24).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hermes_runtime::sandbox::docker::ChangeSource;
+use hermes_runtime::sandbox::tripwire::{
+    inspect, watched_roots, Armed, HOOK_NAMES, SHADOWED_MODULES,
+};
+use hermes_runtime::sandbox::{
+    ChangeScan, DockerProvider, DockerSettings, ExecRequest, Sandbox, SandboxProvider, SandboxSpec,
+};
+
+const IMAGE: &str = "hermes-env/python:latest";
+
+/// The phases of one rollout, in milliseconds.
+#[derive(Default)]
+struct Phases {
+    create: Vec<f64>,
+    first_call: Vec<f64>,
+    second_call: Vec<f64>,
+    tripwires: Vec<f64>,
+    reset: Vec<f64>,
+    remove: Vec<f64>,
+    total: Vec<f64>,
+    // Parts of the tripwires, each timed again on its own.
+    leftovers: Vec<f64>,
+    changes: Vec<f64>,
+    scans: Vec<f64>,
+}
+
+fn pct(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+fn settings(source: ChangeSource) -> DockerSettings {
+    DockerSettings {
+        env_name: "verify-bench".into(),
+        create_rate: 0.0,
+        change_source: source,
+        ..DockerSettings::default()
+    }
+}
+
+/// The home scans of the tripwires, as the check runs them in a container.
+fn home_scans(since: u64) -> String {
+    let hooks = ChangeScan {
+        roots: vec!["~".into()],
+        names: HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect(),
+        top_level: false,
+        since,
+    };
+    let shadows = ChangeScan {
+        roots: vec!["~".into()],
+        names: SHADOWED_MODULES
+            .iter()
+            .flat_map(|m| [format!("{m}.py"), (*m).to_owned()])
+            .collect(),
+        top_level: true,
+        since,
+    };
+    format!("{}; {}; true", hooks.find_command(), shadows.find_command())
+}
+
+async fn rollout(p: &DockerProvider, i: usize, into: &mut Phases) {
+    let spec = SandboxSpec::default();
+    let begin = Instant::now();
+    let s: Arc<dyn Sandbox> = p.create(&format!("verify-{i}"), &spec).await.unwrap();
+    into.create.push(ms(begin));
+    let armed = Armed::now();
+    for (n, command) in ["echo 42 > answer.txt", "cat answer.txt"]
+        .iter()
+        .enumerate()
+    {
+        let start = Instant::now();
+        let out = s
+            .exec(ExecRequest::new(*command, Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 0, "{command}: {}", out.output);
+        [&mut into.first_call, &mut into.second_call][n].push(ms(start));
+    }
+    let start = Instant::now();
+    let wires = inspect(s.as_ref(), &spec, &armed, &[]).await.unwrap();
+    into.tripwires.push(ms(start));
+    assert!(wires.is_empty(), "an honest rollout fired {wires:?}");
+    // The parts, again, outside the rollout's own timing (the shell as the check left it).
+    let parts = Instant::now();
+    let start = Instant::now();
+    s.kill_leftover_processes(&[]).await.unwrap();
+    into.leftovers.push(ms(start));
+    let start = Instant::now();
+    s.changed_paths(&watched_roots(&spec)).await.unwrap();
+    into.changes.push(ms(start));
+    let start = Instant::now();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 60;
+    s.exec(ExecRequest::new(home_scans(since), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    into.scans.push(ms(start));
+    let outside = parts.elapsed().as_secs_f64() * 1e3;
+    let start = Instant::now();
+    s.reset_processes().await.unwrap();
+    into.reset.push(ms(start));
+    let start = Instant::now();
+    s.teardown().await.unwrap();
+    into.remove.push(ms(start));
+    into.total.push(ms(begin) - outside);
+}
+
+fn row(what: &str, storage: &[f64], daemon: &[f64]) {
+    println!(
+        "  {what:<34} {:>8.1} / {:>8.1}   {:>8.1} / {:>8.1}   {:>6.1}×",
+        pct(storage, 0.5),
+        pct(storage, 0.95),
+        pct(daemon, 0.5),
+        pct(daemon, 0.95),
+        pct(daemon, 0.5) / pct(storage, 0.5).max(1e-3)
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n = if quick { 6 } else { 24 };
+    let storage = DockerProvider::connect(settings(ChangeSource::Storage))
+        .await
+        .expect("a running Docker daemon");
+    let daemon = DockerProvider::connect(settings(ChangeSource::Daemon))
+        .await
+        .unwrap();
+    println!(
+        "Docker rollout fixed cost (image {IMAGE}, {} rollouts of each, interleaved, {} cores)",
+        n,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    // One of each first, to warm the image and start each run's lease.
+    rollout(&storage, 0, &mut Phases::default()).await;
+    rollout(&daemon, 0, &mut Phases::default()).await;
+    let (mut new, mut old) = (Phases::default(), Phases::default());
+    for i in 1..=n {
+        rollout(&storage, i, &mut new).await;
+        rollout(&daemon, i, &mut old).await;
+    }
+    println!(
+        "\n  {:<34} {:>19}   {:>19}   {:>7}",
+        "ms (p50 / p95)", "storage (new)", "daemon diff (old)", "old/new"
+    );
+    row("create + start", &new.create, &old.create);
+    row(
+        "1st terminal call (starts the shell)",
+        &new.first_call,
+        &old.first_call,
+    );
+    row("2nd terminal call", &new.second_call, &old.second_call);
+    row("tripwires (whole check)", &new.tripwires, &old.tripwires);
+    row("  leftover killer", &new.leftovers, &old.leftovers);
+    row("  change list", &new.changes, &old.changes);
+    row("  home scans (both finds)", &new.scans, &old.scans);
+    row("reset of the agent's shell", &new.reset, &old.reset);
+    row("remove", &new.remove, &old.remove);
+    row("rollout fixed cost (wall)", &new.total, &old.total);
+}
