@@ -318,6 +318,46 @@ mod tests {
     }
 
     #[test]
+    fn over_an_upper_directory_whiteouts_and_markers_are_not_files() {
+        let upper = tempfile::tempdir().unwrap();
+        let home = upper.path().join("root");
+        std::fs::create_dir_all(home.join("pkg")).unwrap();
+        for f in [".wh.conftest.py", "pkg/.wh..wh..opq", "pkg/conftest.py"] {
+            std::fs::write(home.join(f), "").unwrap();
+        }
+        let scan = ChangeScan {
+            roots: vec!["~".into()],
+            names: ["conftest.py", ".wh.conftest.py", ".wh..wh..opq"]
+                .map(String::from)
+                .into(),
+            top_level: false,
+            since: 0,
+        };
+        let found = scan
+            .walk_in(
+                upper.path(),
+                Path::new("/root"),
+                Duration::from_secs(5),
+                true,
+            )
+            .unwrap();
+        assert_eq!(found, ["/root/pkg/conftest.py"]);
+        let top = ChangeScan {
+            top_level: true,
+            ..scan
+        };
+        let found = top
+            .walk_in(
+                upper.path(),
+                Path::new("/root"),
+                Duration::from_secs(5),
+                true,
+            )
+            .unwrap();
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
     fn quoting_survives_quotes() {
         assert_eq!(shell_quote("a'b"), r"'a'\''b'");
     }

@@ -441,4 +441,39 @@ mod tests {
         };
         assert!(watched_changes(&paths, &open).is_empty());
     }
+
+    #[test]
+    fn a_changed_ancestor_of_a_watched_root_with_nothing_below_it_is_a_watched_change() {
+        // `/usr/local` replaced by a link: the diff names it alone; `/usr` holds other changes.
+        let paths: Vec<String> = [
+            "/usr",
+            "/usr/local",
+            "/usr/sbin",
+            "/usr/sbin/docker-init",
+            "/root",
+            "/root/a",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let spec = SandboxSpec::default();
+        assert_eq!(watched_changes(&paths, &spec), ["/usr/local"]);
+        // A directory holding only unwatched changes, or holding no root, is not one.
+        let paths: Vec<String> = ["/usr", "/usr/local", "/usr/local/share/x", "/opt"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(watched_changes(&paths, &spec).is_empty());
+        // A protected path's ancestors count too; with system changes allowed, only those.
+        let spec = SandboxSpec {
+            mutable_system: true,
+            ..SandboxSpec::default()
+        }
+        .protect("/srv/grader/tests");
+        let paths: Vec<String> = ["/usr/local", "/srv/grader"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(watched_changes(&paths, &spec), ["/srv/grader"]);
+    }
 }

@@ -430,12 +430,13 @@ impl SandboxProvider for DockerProvider {
                         .await?
                 }
             };
-            let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
+            let sandbox = Arc::new(DockerSandbox::new(
                 task_id,
                 container,
                 Arc::clone(&self.shared),
             ));
-            Ok(sandbox)
+            sandbox.prepare();
+            Ok(sandbox as Arc<dyn Sandbox>)
         }
         .instrument(span)
         .await

@@ -176,17 +176,30 @@ fn archive_error(name: &str, path: &str, e: bollard::errors::Error) -> SandboxEr
 impl DockerSandbox {
     pub(crate) fn new(task_id: &str, container: Container, shared: Arc<Shared>) -> Self {
         DockerSandbox {
+            upper: OnceCell::new(),
             task_id: task_id.to_owned(),
             cwd: Mutex::new(shared.settings.workdir.clone()),
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
-            upper: OnceCell::new(),
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             process_groups: Mutex::new(Vec::new()),
             container,
             shared,
         }
+    }
+
+    /// Asks, in the background, what the tripwires will need to know about the container —
+    /// where the daemon keeps its changes, the home of the command user — so the answers are
+    /// ready by the check instead of costing it round trips, and were taken before the agent's
+    /// first command (the home comes from the container's `/etc/passwd`, which the agent can
+    /// write). A failure here is met again, and reported, when the answer is needed.
+    pub(crate) fn prepare(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let Some(me) = me.upgrade() else { return };
+            let _ = tokio::join!(me.upper_dir(), me.home());
+        });
     }
 
     /// The container's name (`hermes-<task>-<random>`, or `hermes-pool-…` when pre-started).
@@ -227,27 +240,15 @@ impl DockerSandbox {
             .map(String::as_str)
     }
 
-    /// The container's upper directory in the daemon's storage, asked once, when this process
-    /// can read the container's changes there (else the first sandbox of the daemon says why).
+    /// The container's upper directory in the daemon's storage, when this process can read the
+    /// container's changes there (else the first sandbox of the daemon says why). Asked once,
+    /// from the sandbox's start on (see [`DockerSandbox::new`]).
     async fn upper_dir(&self) -> Result<Option<&UpperDir>, SandboxError> {
         if self.shared.settings.change_source == ChangeSource::Daemon {
             return Ok(None);
         }
         self.upper
-            .get_or_try_init(|| async {
-                let info = self
-                    .docker()
-                    .inspect_container(self.name(), None)
-                    .await
-                    .map_err(|e| container_error(self.name(), e))?;
-                Ok(match UpperDir::from_driver(info.graph_driver.as_ref()) {
-                    Ok(upper) => Some(upper),
-                    Err(why) => {
-                        say_falling_back(&self.shared.endpoint.host, &why);
-                        None
-                    }
-                })
-            })
+            .get_or_try_init(|| probe_upper(self.docker(), self.name(), &self.shared))
             .await
             .map(Option::as_ref)
     }
@@ -734,6 +735,25 @@ impl ShellHost for DockerSandbox {
     }
 }
 
+/// Where the daemon keeps the container's changes, when this process can read them there.
+async fn probe_upper(
+    docker: &Docker,
+    name: &str,
+    shared: &Shared,
+) -> Result<Option<UpperDir>, SandboxError> {
+    let info = docker
+        .inspect_container(name, None)
+        .await
+        .map_err(|e| container_error(name, e))?;
+    Ok(match UpperDir::from_driver(info.graph_driver.as_ref()) {
+        Ok(upper) => Some(upper),
+        Err(why) => {
+            say_falling_back(&shared.endpoint.host, &why);
+            None
+        }
+    })
+}
+
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
 async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
@@ -930,7 +950,9 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        // Inside a container everything but init and the entrypoint is the agent's.
+        // Inside a container everything but init and the entrypoint is the agent's; the
+        // helper command `prepare` may still have in flight is not, so it ends first.
+        let _ = self.home().await;
         kill_leftovers_inside(self, keep).await
     }
 
