@@ -4,7 +4,7 @@
 //! endpoints (through `tar` in an exec for paths on tmpfs mounts, which those endpoints cannot
 //! see), removal through the container's guard.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -189,16 +189,15 @@ impl DockerSandbox {
         }
     }
 
-    /// Asks, in the background, what the tripwires will need to know about the container —
-    /// where the daemon keeps its changes, the home of the command user — so the answers are
-    /// ready by the check instead of costing it round trips, and were taken before the agent's
-    /// first command (the home comes from the container's `/etc/passwd`, which the agent can
-    /// write). A failure here is met again, and reported, when the answer is needed.
+    /// Asks, in the background, where the daemon keeps the container's changes, so the answer
+    /// is ready by the tripwires' check instead of costing it a round trip. A failure here is
+    /// met again, and reported, when the answer is needed.
     pub(crate) fn prepare(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
-            let Some(me) = me.upgrade() else { return };
-            let _ = tokio::join!(me.upper_dir(), me.home());
+            if let Some(me) = me.upgrade() {
+                let _ = me.upper_dir().await;
+            }
         });
     }
 
@@ -745,13 +744,23 @@ async fn probe_upper(
         .inspect_container(name, None)
         .await
         .map_err(|e| container_error(name, e))?;
-    Ok(match UpperDir::from_driver(info.graph_driver.as_ref()) {
-        Ok(upper) => Some(upper),
-        Err(why) => {
-            say_falling_back(&shared.endpoint.host, &why);
-            None
-        }
-    })
+    let config = info.config.unwrap_or_default();
+    let user = shared
+        .settings
+        .user
+        .clone()
+        .or(config.user)
+        .unwrap_or_default();
+    let env = config.env.unwrap_or_default();
+    Ok(
+        match UpperDir::from_driver(info.graph_driver.as_ref(), &user, &env) {
+            Ok(upper) => Some(upper),
+            Err(why) => {
+                say_falling_back(&shared.endpoint.host, &why);
+                None
+            }
+        },
+    )
 }
 
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
@@ -950,9 +959,7 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        // Inside a container everything but init and the entrypoint is the agent's; the
-        // helper command `prepare` may still have in flight is not, so it ends first.
-        let _ = self.home().await;
+        // Inside a container everything but init and the entrypoint is the agent's.
         kill_leftovers_inside(self, keep).await
     }
 
@@ -989,7 +996,7 @@ impl Sandbox for DockerSandbox {
         let Some(upper) = self.upper_dir().await? else {
             return Ok(None);
         };
-        let home = PathBuf::from(self.home().await?);
+        let home = upper.home().to_path_buf();
         // A root on another mount (tmpfs, bind, volume) is not in the upper directory; `find
         // -xdev` in the container does not enter mounts below a root, nor does this walk.
         let mounts = self.mount_points();
@@ -1005,7 +1012,7 @@ impl Sandbox for DockerSandbox {
             return Ok(None);
         }
         let (upper, scans) = (upper.clone(), scans.to_vec());
-        let read = tokio::task::spawn_blocking(move || upper.scan(&scans, &home, WIRE_TIMEOUT));
+        let read = tokio::task::spawn_blocking(move || upper.scan(&scans, WIRE_TIMEOUT));
         match read.await {
             Ok(found) => found,
             Err(e) => Err(SandboxError::worker("the tripwire scans", e)),

@@ -39,14 +39,24 @@ const FOUND_MAX: usize = 10_000;
 /// Depth of directories followed at most.
 const DEPTH_MAX: usize = 256;
 
-/// A container's upper directory, readable here.
+/// A container's upper directory, readable here, and the home of its command user.
 #[derive(Debug, Clone)]
-pub(crate) struct UpperDir(PathBuf);
+pub(crate) struct UpperDir {
+    upper: PathBuf,
+    home: PathBuf,
+}
 
 impl UpperDir {
     /// The upper directory the daemon names for a container (its inspect's `GraphDriver`), or
-    /// why the changes cannot be read from it here.
-    pub(crate) fn from_driver(driver: Option<&DriverData>) -> Result<UpperDir, String> {
+    /// why the changes cannot be read from it here. `user` is the command user (the settings'
+    /// or the image's), `env` the container's environment: the home is what a command would
+    /// get as `$HOME`, from `env` or else the image's own `/etc/passwd` (read from the
+    /// read-only lower layers, so the agent cannot move it).
+    pub(crate) fn from_driver(
+        driver: Option<&DriverData>,
+        user: &str,
+        env: &[String],
+    ) -> Result<UpperDir, String> {
         let Some(driver) = driver else {
             return Err("the daemon names no storage driver".into());
         };
@@ -73,7 +83,20 @@ impl UpperDir {
                 driver.name
             ));
         }
-        Ok(UpperDir(PathBuf::from(upper)))
+        let lowers: Vec<PathBuf> = driver
+            .data
+            .get("LowerDir")
+            .map(|l| l.split(':').map(PathBuf::from).collect())
+            .unwrap_or_default();
+        Ok(UpperDir {
+            upper: PathBuf::from(upper),
+            home: PathBuf::from(home_of(user, env, &lowers)),
+        })
+    }
+
+    /// The command user's home in the container.
+    pub(crate) fn home(&self) -> &Path {
+        &self.home
     }
 
     /// The container's changes at or under `roots` (absolute paths; a root ending in
@@ -94,25 +117,25 @@ impl UpperDir {
             seen: HashSet::new(),
         };
         for root in roots {
-            walk.root(&self.0, root)?;
+            walk.root(&self.upper, root)?;
         }
         Ok(walk.found)
     }
 }
 
 impl UpperDir {
-    /// The tripwires' file scans over the upper directory (`home` is the sandbox's `~`): what
+    /// The tripwires' file scans over the upper directory (`~` is the command user's home): what
     /// changed since the arming is there, with the inode change times the container's own
     /// `find` would read. `None` when a root's ancestor there is a link: the scans then run in
     /// the container, which resolves it there.
     pub(crate) fn scan(
         &self,
         scans: &[ChangeScan],
-        home: &Path,
         deadline: Duration,
     ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        let home = &self.home;
         for root in scans.iter().flat_map(|s| s.resolved_roots(home)) {
-            let mut at = self.0.clone();
+            let mut at = self.upper.clone();
             let parts: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
             for part in parts.iter().take(parts.len().saturating_sub(1)) {
                 at.push(part);
@@ -123,10 +146,38 @@ impl UpperDir {
         }
         scans
             .iter()
-            .map(|scan| scan.walk_in(&self.0, home, deadline, true))
+            .map(|scan| scan.walk_in(&self.upper, home, deadline, true))
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     }
+}
+
+/// `$HOME` of `user` (`name` or `uid`, with an optional `:group`; empty is root) in a container
+/// with environment `env`, whose image's layers are `lowers` (top first): `HOME` from the
+/// environment, else the user's entry in the image's `/etc/passwd`, else `/` (as Docker does).
+fn home_of(user: &str, env: &[String], lowers: &[PathBuf]) -> String {
+    if let Some(home) = env.iter().rev().find_map(|e| e.strip_prefix("HOME=")) {
+        return home.to_owned();
+    }
+    let user = user.split(':').next().unwrap_or("");
+    let user = if user.is_empty() { "root" } else { user };
+    let passwd = lowers
+        .iter()
+        .find_map(|layer| std::fs::read_to_string(layer.join("etc/passwd")).ok())
+        .unwrap_or_default();
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 6 && (f[0] == user || f[2] == user))
+        .map(|f| f[5].to_owned())
+        .filter(|h| h.starts_with('/'))
+        .unwrap_or_else(|| {
+            if user == "root" || user == "0" {
+                "/root".into()
+            } else {
+                "/".into()
+            }
+        })
 }
 
 /// What the upper directory holds for one name.
@@ -326,7 +377,10 @@ mod tests {
     fn upper_with(build: impl FnOnce(&Path)) -> (tempfile::TempDir, UpperDir) {
         let dir = tempfile::tempdir().unwrap();
         build(dir.path());
-        let upper = UpperDir(dir.path().to_path_buf());
+        let upper = UpperDir {
+            upper: dir.path().to_path_buf(),
+            home: PathBuf::from("/root"),
+        };
         (dir, upper)
     }
 
@@ -386,6 +440,26 @@ mod tests {
             .changes(&roots(), Duration::from_secs(5))
             .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn the_home_comes_from_the_environment_or_the_images_passwd() {
+        let image = tempfile::tempdir().unwrap();
+        let (top, base) = (image.path().join("top"), image.path().join("base"));
+        std::fs::create_dir_all(base.join("etc")).unwrap();
+        std::fs::create_dir_all(&top).unwrap();
+        std::fs::write(
+            base.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\nagent:x:1000:1000::/home/agent:/bin/sh\n",
+        )
+        .unwrap();
+        let lowers = [top, base];
+        assert_eq!(home_of("", &[], &lowers), "/root");
+        assert_eq!(home_of("agent", &[], &lowers), "/home/agent");
+        assert_eq!(home_of("1000:1000", &[], &lowers), "/home/agent");
+        assert_eq!(home_of("4242", &[], &lowers), "/");
+        let env = ["PATH=/bin".to_owned(), "HOME=/work".to_owned()];
+        assert_eq!(home_of("agent", &env, &lowers), "/work");
     }
 
     #[test]
