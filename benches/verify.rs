@@ -4,7 +4,8 @@
 //! (the default where it can) and from the daemon's diff (the path before it), rollouts of the
 //! two interleaved in the same run. Each part of the tripwires is timed on its own after the
 //! rollout's real check: the leftover killer, the change list, and the two home scans (hooks,
-//! module shadows; over the storage, or as `find` commands in the container with the diff).
+//! module shadows; over the storage, or as `find` commands in the container with the diff),
+//! and the reset's kill as the exec of its own the reset used before it went through the shell.
 //!
 //! Needs a local daemon and the sandbox image (`sandbox-images/build`); reading the storage
 //! needs root and an overlay storage driver, else both rows measure the diff (the bench says
@@ -31,6 +32,7 @@ struct Phases {
     second_call: Vec<f64>,
     tripwires: Vec<f64>,
     reset: Vec<f64>,
+    reset_exec: Vec<f64>,
     remove: Vec<f64>,
     total: Vec<f64>,
     // Parts of the tripwires, each timed again on its own.
@@ -134,10 +136,20 @@ async fn rollout(p: &DockerProvider, i: usize, into: &mut Phases) {
     let start = Instant::now();
     s.reset_processes().await.unwrap();
     into.reset.push(ms(start));
+    // The reset's kill as an exec of its own, as the reset did it before (not in the total).
+    let start = Instant::now();
+    s.exec_one_shot(ExecRequest::new(
+        "kill -KILL -- -2147483647 2>/dev/null; true",
+        Duration::from_secs(30),
+    ))
+    .await
+    .unwrap();
+    let reset_exec = ms(start);
+    into.reset_exec.push(reset_exec);
     let start = Instant::now();
     s.teardown().await.unwrap();
     into.remove.push(ms(start));
-    into.total.push(ms(begin) - outside);
+    into.total.push(ms(begin) - outside - reset_exec);
 }
 
 fn row(what: &str, storage: &[f64], daemon: &[f64]) {
@@ -190,6 +202,11 @@ async fn main() {
     row("  change list", &new.changes, &old.changes);
     row("  home scans", &new.scans, &old.scans);
     row("reset of the agent's shell", &new.reset, &old.reset);
+    row(
+        "  its kill in an exec of its own",
+        &new.reset_exec,
+        &old.reset_exec,
+    );
     row("remove", &new.remove, &old.remove);
     row("rollout fixed cost (wall)", &new.total, &old.total);
 }

@@ -176,11 +176,11 @@ fn archive_error(name: &str, path: &str, e: bollard::errors::Error) -> SandboxEr
 impl DockerSandbox {
     pub(crate) fn new(task_id: &str, container: Container, shared: Arc<Shared>) -> Self {
         DockerSandbox {
-            upper: OnceCell::new(),
             task_id: task_id.to_owned(),
             cwd: Mutex::new(shared.settings.workdir.clone()),
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
+            upper: OnceCell::new(),
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             process_groups: Mutex::new(Vec::new()),
@@ -241,7 +241,7 @@ impl DockerSandbox {
 
     /// The container's upper directory in the daemon's storage, when this process can read the
     /// container's changes there (else the first sandbox of the daemon says why). Asked once,
-    /// from the sandbox's start on (see [`DockerSandbox::new`]).
+    /// from the sandbox's start on (see [`DockerSandbox::prepare`]).
     async fn upper_dir(&self) -> Result<Option<&UpperDir>, SandboxError> {
         if self.shared.settings.change_source == ChangeSource::Daemon {
             return Ok(None);

@@ -463,6 +463,29 @@ mod tests {
     }
 
     #[test]
+    fn storage_that_cannot_be_read_here_says_why() {
+        let driver = |name: &str, upper: &str| DriverData {
+            name: name.into(),
+            data: [("UpperDir".to_owned(), upper.to_owned())].into(),
+        };
+        let why = UpperDir::from_driver(Some(&driver("vfs", "/x")), "", &[]).unwrap_err();
+        assert!(why.contains("`vfs` keeps no upper directory"), "{why}");
+        let why = UpperDir::from_driver(
+            Some(&driver("fuse-overlayfs", "/nonexistent/upper/diff")),
+            "",
+            &[],
+        )
+        .unwrap_err();
+        assert!(why.contains("cannot be read from this process"), "{why}");
+        let why = UpperDir::from_driver(None, "", &[]).unwrap_err();
+        assert!(why.contains("no storage driver"), "{why}");
+        let here = tempfile::tempdir().unwrap();
+        let upper = here.path().display().to_string();
+        let found = UpperDir::from_driver(Some(&driver("fuse-overlayfs", &upper)), "", &[]);
+        assert_eq!(found.unwrap().home(), Path::new("/root"));
+    }
+
+    #[test]
     fn a_walk_past_its_deadline_is_an_error() {
         let (_d, upper) = upper_with(|u| {
             std::fs::create_dir_all(u.join("usr/local/bin/d")).unwrap();
