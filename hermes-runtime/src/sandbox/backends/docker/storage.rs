@@ -34,7 +34,8 @@ const OPAQUE_XATTRS: &[&str] = &[
 const OPAQUE_MARKERS: &[&str] = &[".wh..wh..opq", ".wh..opq"];
 /// The prefix of a whiteout file (`.wh.NAME`: NAME was deleted), where no device can be made.
 const WHITEOUT_PREFIX: &str = ".wh.";
-/// Entries one walk reports at most: past this, what was found already fires the wire.
+/// Entries one walk reports at most: past this, what was found already fires the wire, and the
+/// walk stops.
 const FOUND_MAX: usize = 10_000;
 /// Depth of directories followed at most.
 const DEPTH_MAX: usize = 256;
@@ -301,6 +302,9 @@ impl Walk {
             return Ok(());
         };
         for entry in entries.flatten() {
+            if self.found.len() >= FOUND_MAX {
+                return Ok(());
+            }
             self.check_deadline(shown)?;
             let name = entry.file_name();
             self.one(dir, shown, &name.to_string_lossy(), depth)?;
