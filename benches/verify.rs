@@ -7,6 +7,9 @@
 //! module shadows; over the storage, or as `find` commands in the container with the diff),
 //! and the reset's kill as the exec of its own the reset used before it went through the shell.
 //!
+//! A third column runs the new path with a pool of 2 pre-started containers
+//! (`--env.sandbox_pool_size 2`), which takes the create and start off the rollout.
+//!
 //! Needs a local daemon and the sandbox image (`sandbox-images/build`); reading the storage
 //! needs root and an overlay storage driver, else both rows measure the diff (the bench says
 //! so). Run: `cargo bench --bench verify` (`-- --quick`: 6 rollouts of each instead of 24).
@@ -41,6 +44,9 @@ struct Phases {
     scans: Vec<f64>,
 }
 
+/// One phase's samples in [`Phases`].
+type Column = fn(&Phases) -> &Vec<f64>;
+
 fn pct(samples: &[f64], p: f64) -> f64 {
     let mut v = samples.to_vec();
     v.sort_by(f64::total_cmp);
@@ -51,11 +57,12 @@ fn ms(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
-fn settings(source: ChangeSource) -> DockerSettings {
+fn settings(source: ChangeSource, pool_size: usize) -> DockerSettings {
     DockerSettings {
         env_name: "verify-bench".into(),
         create_rate: 0.0,
         change_source: source,
+        pool_size,
         ..DockerSettings::default()
     }
 }
@@ -152,14 +159,16 @@ async fn rollout(p: &DockerProvider, i: usize, into: &mut Phases) {
     into.total.push(ms(begin) - outside - reset_exec);
 }
 
-fn row(what: &str, storage: &[f64], daemon: &[f64]) {
+fn row(what: &str, storage: &[f64], daemon: &[f64], pooled: &[f64]) {
     println!(
-        "  {what:<34} {:>8.1} / {:>8.1}   {:>8.1} / {:>8.1}   {:>6.1}×",
+        "  {what:<38} {:>7.1} / {:>7.1}   {:>7.1} / {:>7.1}   {:>6.1}×   {:>7.1} / {:>7.1}",
         pct(storage, 0.5),
         pct(storage, 0.95),
         pct(daemon, 0.5),
         pct(daemon, 0.95),
-        pct(daemon, 0.5) / pct(storage, 0.5).max(1e-3)
+        pct(daemon, 0.5) / pct(storage, 0.5).max(1e-3),
+        pct(pooled, 0.5),
+        pct(pooled, 0.95),
     );
 }
 
@@ -167,10 +176,13 @@ fn row(what: &str, storage: &[f64], daemon: &[f64]) {
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let n = if quick { 6 } else { 24 };
-    let storage = DockerProvider::connect(settings(ChangeSource::Storage))
+    let storage = DockerProvider::connect(settings(ChangeSource::Storage, 0))
         .await
         .expect("a running Docker daemon");
-    let daemon = DockerProvider::connect(settings(ChangeSource::Daemon))
+    let daemon = DockerProvider::connect(settings(ChangeSource::Daemon, 0))
+        .await
+        .unwrap();
+    let pooled = DockerProvider::connect(settings(ChangeSource::Storage, 2))
         .await
         .unwrap();
     println!(
@@ -181,32 +193,32 @@ async fn main() {
     // One of each first, to warm the image and start each run's lease.
     rollout(&storage, 0, &mut Phases::default()).await;
     rollout(&daemon, 0, &mut Phases::default()).await;
-    let (mut new, mut old) = (Phases::default(), Phases::default());
+    rollout(&pooled, 0, &mut Phases::default()).await;
+    let (mut new, mut old, mut pool) = (Phases::default(), Phases::default(), Phases::default());
     for i in 1..=n {
         rollout(&storage, i, &mut new).await;
         rollout(&daemon, i, &mut old).await;
+        // The pool refills in the background, as in a run: a take finds it full or not.
+        rollout(&pooled, i, &mut pool).await;
     }
     println!(
-        "\n  {:<34} {:>19}   {:>19}   {:>7}",
-        "ms (p50 / p95)", "storage (new)", "daemon diff (old)", "old/new"
+        "\n  {:<38} {:>17}   {:>17}   {:>7}   {:>17}",
+        "ms (p50 / p95)", "storage (new)", "daemon diff (old)", "old/new", "new, pool of 2"
     );
-    row("create + start", &new.create, &old.create);
-    row(
-        "1st terminal call (starts the shell)",
-        &new.first_call,
-        &old.first_call,
-    );
-    row("2nd terminal call", &new.second_call, &old.second_call);
-    row("tripwires (whole check)", &new.tripwires, &old.tripwires);
-    row("  leftover killer", &new.leftovers, &old.leftovers);
-    row("  change list", &new.changes, &old.changes);
-    row("  home scans", &new.scans, &old.scans);
-    row("reset of the agent's shell", &new.reset, &old.reset);
-    row(
-        "  its kill in an exec of its own",
-        &new.reset_exec,
-        &old.reset_exec,
-    );
-    row("remove", &new.remove, &old.remove);
-    row("rollout fixed cost (wall)", &new.total, &old.total);
+    let rows: [(&str, Column); 11] = [
+        ("create + start (or a pool's take)", |p| &p.create),
+        ("1st terminal call (starts the shell)", |p| &p.first_call),
+        ("2nd terminal call", |p| &p.second_call),
+        ("tripwires (whole check)", |p| &p.tripwires),
+        ("  leftover killer", |p| &p.leftovers),
+        ("  change list", |p| &p.changes),
+        ("  home scans", |p| &p.scans),
+        ("reset of the agent's shell", |p| &p.reset),
+        ("  its kill in an exec of its own", |p| &p.reset_exec),
+        ("remove", |p| &p.remove),
+        ("rollout fixed cost (wall)", |p| &p.total),
+    ];
+    for (what, of) in rows {
+        row(what, of(&new), of(&old), of(&pool));
+    }
 }
