@@ -838,17 +838,23 @@ impl Sandbox for DockerSandbox {
             // shell exits at the end of its stdin, closed below. Through the shell itself when
             // it can take a command (milliseconds, where an exec of its own costs a create and
             // a start on the daemon); in an exec of its own when it cannot, or did not answer.
-            let targets: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+            let mut targets: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+            // Groups the shell started meanwhile (something else queued in its stdin, say)
+            // are killed by the exec too.
+            let mut started = Vec::new();
             let in_shell = match shell.as_mut() {
                 Some(live) if live.in_sync() => {
                     let command = format!("kill -KILL -- {} 2>/dev/null; true", targets.join(" "));
                     let request = ExecRequest::new(command, KILL_IN_SHELL).with_workdir("/");
                     let deadline = Instant::now() + KILL_IN_SHELL;
-                    let outcome = live.run("/", &request, deadline, |_, _| {}).await;
+                    let outcome = live
+                        .run("/", &request, deadline, |pgid, _| started.push(pgid))
+                        .await;
                     matches!(outcome, Outcome::Done { code: 0, .. })
                 }
                 _ => false,
             };
+            targets.extend(started.iter().map(|g| format!("-{g}")));
             if !in_shell {
                 let mut argv: Vec<String> = [
                     "bash",
