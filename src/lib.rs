@@ -53,7 +53,8 @@ pub mod data {
 /// The rollout's sandbox as a tool sees it (`sandbox_tool`, [`tools::ToolCallContext`]).
 pub mod sandbox {
     pub use hermes_runtime::sandbox::{
-        ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxSpec, TaskSandbox, Transfer,
+        ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess, Sandbox, SandboxError,
+        SandboxSpec, Survivor, TaskSandbox, Transfer,
     };
 }
 
@@ -86,7 +87,11 @@ pub mod prelude {
         ReferenceSolution, SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
-    pub use serde::{Deserialize, Serialize};
+    // The traits from serde, the derives from hermes-macros (serde's own derives need the
+    // caller's crate to depend on serde).
+    pub use hermes_macros::{Deserialize, Serialize};
+    pub use serde::de::Deserialize;
+    pub use serde::ser::Serialize;
     pub use serde_json::json;
 }
 

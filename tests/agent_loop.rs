@@ -410,7 +410,7 @@ async fn oversized_results_are_saved_in_the_sandbox_with_a_preview() {
     assert!(first.starts_with("<persisted-output>"), "{first}");
     assert!(second.starts_with("{\"output\": \"1\\n2"), "{second}");
     let sandbox = std::sync::Arc::clone(h.sandbox.get().await.unwrap());
-    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref(), &h.sandbox.own_processes())
         .await
         .unwrap();
     assert!(

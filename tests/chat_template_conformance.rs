@@ -20,9 +20,6 @@ use hermes_runtime::llm::{
 };
 use serde_json::{Map, Value};
 
-/// The source distribution that vendors llama.cpp and its `models/templates/`.
-const SDIST: &str = "llama-cpp-python==0.3.36";
-const SDIST_FILE: &str = "llama_cpp_python-0.3.36.tar.gz";
 const TEMPLATES: [&str; 10] = [
     "qwen2.5",
     "qwen3",
@@ -37,7 +34,7 @@ const TEMPLATES: [&str; 10] = [
 ];
 
 /// Why a template refuses a conversation, as transformers raises it (and we must too).
-const REFUSALS: [(&str, &str, &str); 4] = [
+const REFUSALS: [(&str, &str, &str); 6] = [
     (
         "llama3.1",
         "tool_calls_and_results",
@@ -46,6 +43,16 @@ const REFUSALS: [(&str, &str, &str); 4] = [
     (
         "llama3.2",
         "tool_calls_and_results",
+        "only supports single tool-calls",
+    ),
+    (
+        "llama3.1",
+        "reasoning_and_parallel_calls",
+        "only supports single tool-calls",
+    ),
+    (
+        "llama3.2",
+        "reasoning_and_parallel_calls",
         "only supports single tool-calls",
     ),
     ("mistral-nemo", "one_call_per_turn", "roles must alternate"),
@@ -114,26 +121,8 @@ fn reference() -> &'static Reference {
     static REFERENCE: OnceLock<Reference> = OnceLock::new();
     REFERENCE.get_or_init(|| {
         let python = common::template_python();
-        let bin = python.parent().unwrap().to_owned();
-        let work = bin.parent().unwrap().parent().unwrap().join("chat-templates");
-        std::fs::create_dir_all(&work).unwrap();
-        let sdist = work.join(SDIST_FILE);
-        if !sdist.exists() {
-            // pip reads the sdist's metadata (scikit-build-core wants cmake on PATH).
-            let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-            let out = Command::new(&python)
-                .args(["-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"])
-                .args(["--no-build-isolation", SDIST, "-d"])
-                .arg(&work)
-                .env("PATH", path)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success() && sdist.exists(),
-                "this test needs {SDIST} from PyPI (the real chat templates): pip download failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        let sdist = common::llama_cpp_sdist();
+        let work = sdist.parent().unwrap().to_owned();
         // Python gets exactly what our types serialise to.
         let inputs: Map<String, Value> = conversations()
             .into_iter()
@@ -149,7 +138,8 @@ fn reference() -> &'static Reference {
             .collect();
         let inputs_path = work.join("inputs.json");
         std::fs::write(&inputs_path, Value::Object(inputs).to_string()).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chat_templates/reference.py");
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chat_templates/reference.py");
         let output = work.join("expected.json");
         let out = Command::new(&python)
             .arg(script)

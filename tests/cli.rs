@@ -414,3 +414,93 @@ fn help_lists_every_flag_with_its_default() {
         "env defaults are shown"
     );
 }
+
+#[test]
+fn help_shows_the_servers_the_environment_declares() {
+    use hermes_runtime::config::DefaultServer;
+    let help_of = |desc: &EnvDescriptor| match parse(
+        "my-env",
+        desc,
+        &hermes_runtime::commands::definitions(),
+        ["my-env", "process", "--help"],
+    ) {
+        Ok(Invocation::Print(help)) => help,
+        _ => panic!("--help must print help"),
+    };
+    let one = descriptor().with_servers(vec![DefaultServer::openrouter("org/declared-model")]);
+    let help = help_of(&one);
+    let line = |flag: &str| {
+        help.lines()
+            .skip_while(|l| !l.contains(flag))
+            .take_while(|l| !l.trim_start().starts_with("--") || l.contains(flag))
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        line("--openai.model_name").contains("[default: org/declared-model]"),
+        "{}",
+        line("--openai.model_name")
+    );
+    assert!(
+        line("--openai.base_url").contains("[default: https://openrouter.ai/api/v1]"),
+        "{}",
+        line("--openai.base_url")
+    );
+    assert!(
+        line("--openai.api_key_env").contains("[default: OPENROUTER_API_KEY]"),
+        "{}",
+        line("--openai.api_key_env")
+    );
+    assert!(help.contains("Inference server (--openai.*):"), "{help}");
+
+    let two = descriptor().with_servers(vec![
+        DefaultServer::openai("http://a:8000/v1", "first-model"),
+        DefaultServer::openai("http://b:8000/v1", "second-model"),
+    ]);
+    let help = help_of(&two);
+    assert!(
+        help.contains("the first of the environment's declared servers"),
+        "{help}"
+    );
+    assert!(help.contains("[default: first-model]"), "{help}");
+}
+
+#[test]
+fn serve_testing_keeps_groups_whose_reference_answers_score_alike() {
+    let cfg = run(&["serve", "--testing", "true"]).unwrap();
+    assert!(!cfg.env.ensure_scores_are_not_same);
+    assert!(
+        cfg.warnings
+            .iter()
+            .any(|w| w.contains("--env.ensure_scores_are_not_same true")),
+        "{:?}",
+        cfg.warnings
+    );
+
+    let kept = run(&[
+        "serve",
+        "--testing",
+        "true",
+        "--env.ensure_scores_are_not_same",
+        "true",
+    ])
+    .unwrap();
+    assert!(kept.env.ensure_scores_are_not_same);
+    assert!(
+        kept.warnings
+            .iter()
+            .any(|w| w.contains("every group will be dropped")),
+        "{:?}",
+        kept.warnings
+    );
+
+    let yaml = yaml("env:\n  ensure_scores_are_not_same: true\n");
+    let path = yaml.path().to_str().unwrap();
+    let from_yaml = run(&["serve", "--testing", "true", "--config", path]).unwrap();
+    assert!(from_yaml.env.ensure_scores_are_not_same);
+
+    let real = run(&["serve"]).unwrap();
+    assert!(real.env.ensure_scores_are_not_same);
+    assert!(real.warnings.is_empty(), "{:?}", real.warnings);
+}

@@ -500,7 +500,7 @@ async fn hack_example(name: &str, flags: &[&str]) -> String {
 async fn hack_passes_on_terminal_test() {
     assert_eq!(
         hack_example("terminal_test", &["--limit", "10"]).await,
-        "hack: 4 items × 13 exploits = 52 rollouts; 0 paid above 0, 20 caught by tripwires"
+        "hack: 4 items × 14 exploits = 56 rollouts; 0 paid above 0, 24 caught by tripwires"
     );
 }
 
@@ -512,7 +512,7 @@ async fn hack_passes_on_web_research() {
             &["--limit", "10", "--env.dataset_name", "none"]
         )
         .await,
-        "hack: 10 items × 13 exploits = 130 rollouts; 0 paid above 0, 0 caught by tripwires"
+        "hack: 10 items × 14 exploits = 140 rollouts; 0 paid above 0, 0 caught by tripwires"
     );
 }
 
@@ -521,7 +521,7 @@ async fn hack_passes_on_swe_pytest_in_docker() {
     common::docker::require_docker();
     let summary = hack_example("swe_pytest", &["--limit", "0"]).await;
     assert!(
-        summary.starts_with("hack: 3 items × 13 exploits = 39 rollouts; 0 paid above 0"),
+        summary.starts_with("hack: 3 items × 14 exploits = 42 rollouts; 0 paid above 0"),
         "{summary}"
     );
 }
@@ -531,7 +531,7 @@ async fn hack_passes_on_terminal_bench_in_docker() {
     common::docker::require_docker();
     let summary = hack_example("terminal_bench", &["--env.terminal_backend", "docker"]).await;
     assert!(
-        summary.starts_with("hack: 3 items × 13 exploits = 39 rollouts; 0 paid above 0"),
+        summary.starts_with("hack: 3 items × 14 exploits = 42 rollouts; 0 paid above 0"),
         "{summary}"
     );
 }

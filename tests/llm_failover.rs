@@ -1,6 +1,9 @@
 //! Retries and failover of both inference clients against real HTTP servers on 127.0.0.1: the
-//! scripted server, a closed port, and a fault-injecting proxy written here (500s, stalls past
-//! the timeout, 429 with Retry-After, 4xx), plus an agent-loop rollout with one dead server.
+//! scripted server, a closed port, and a fault-injecting proxy written here (500s, stalls with
+//! no answer and mid-stream, 429 with Retry-After, 4xx); streamed answers that stop, break off
+//! or are malformed; a server host that drops off the network (a test host, needs root); an
+//! agent-loop rollout with one dead server; and `process` at the default settings through
+//! 30 % 5xx and 10 % stalls.
 
 mod common;
 
@@ -38,6 +41,9 @@ enum Fault {
     TooMany(&'static str),
     /// Accept it and never answer.
     Stall,
+    /// Pass it on, send the answer's head and first event (or, not streamed, the first half of
+    /// its body), then never send more.
+    StallMidStream,
 }
 
 /// One request as the proxy saw it.
@@ -135,7 +141,7 @@ async fn handle(
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
-        Fault::Forward => {
+        Fault::Forward | Fault::StallMidStream => {
             let Some(upstream) = &state.upstream else {
                 return StatusCode::NOT_FOUND.into_response();
             };
@@ -147,13 +153,58 @@ async fn handle(
                 .body(body)
                 .send()
                 .await;
-            match sent {
-                Ok(r) => {
-                    let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
-                    (status, r.bytes().await.unwrap_or_default()).into_response()
+            let mut r = match sent {
+                Ok(r) => r,
+                Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+            };
+            let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+            let content_type = r
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_owned();
+            // The body passes through as it comes (a streamed answer stays streamed); a
+            // mid-stream stall sends the part up to its first event's end, then nothing more
+            // while the connection stays open.
+            let stall = fault == Fault::StallMidStream;
+            let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Ok(Some(chunk)) = r.chunk().await {
+                    if !stall {
+                        if tx.send(chunk).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    seen.extend_from_slice(&chunk);
+                    if let Some(end) = seen.windows(2).position(|w| w == b"\n\n") {
+                        seen.truncate(end + 2);
+                        break;
+                    }
                 }
-                Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-            }
+                if stall {
+                    let half = if seen.ends_with(b"\n\n") {
+                        seen.len()
+                    } else {
+                        seen.len() / 2
+                    };
+                    seen.truncate(half);
+                    let _ = tx.send(Bytes::from(seen)).await;
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+            });
+            let body = futures::stream::unfold(rx, |mut rx| async move {
+                let chunk = rx.recv().await?;
+                Some((Ok::<_, std::convert::Infallible>(chunk), rx))
+            });
+            (
+                status,
+                [("content-type", content_type)],
+                axum::body::Body::from_stream(body),
+            )
+                .into_response()
         }
     }
 }
@@ -337,6 +388,224 @@ async fn a_stalled_server_is_bounded_by_the_timeout_then_failed_over() {
         "some requests went to the stalled server first"
     );
     assert_eq!(live.request_count(), 10);
+}
+
+/// A server with the stream limits given (seconds), streaming.
+fn streaming_server(base_url: &str, timeout: i64, head: i64, idle: i64) -> ApiServerConfig {
+    ApiServerConfig {
+        head_timeout: head,
+        idle_timeout: idle,
+        ..server(base_url, ServerType::Openai, timeout)
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_accepts_and_never_answers_is_given_up_on_at_the_head_timeout() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let stalled = Proxy::start(None, |_, _| Fault::Stall).await;
+    // The total timeout is long: only the head timeout can end the stalled attempts.
+    let servers = [
+        streaming_server(&stalled.base_url(), 600, 1, 600),
+        streaming_server(&live.base_url(), 600, 1, 600),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(2)), 8);
+    let started = Instant::now();
+    let results = chat_many(&llm, 10, 10).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "{results:?}"
+    );
+    assert!(
+        !stalled.seen().is_empty(),
+        "some requests went to the stalled server first"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "bounded by the 1 s head timeout, not the 600 s total: {:?}",
+        started.elapsed()
+    );
+    let only = [streaming_server(&stalled.base_url(), 600, 1, 600)];
+    let llm = LlmClient::with_pool(pool(&only, fast_retries(1)), 8);
+    let err = llm.chat(&chat_request()).await.unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "not answering after 1 attempt: no response head within 1 s (--openai.head_timeout; \
+             --openai.stream false for a server that does not stream)"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_stops_is_given_up_on_at_the_idle_timeout_and_retried_elsewhere() {
+    let upstream = ScriptedServer::start(|_: &Value| {
+        Reply::text("a reply long enough to come in several chunks")
+    })
+    .await
+    .unwrap();
+    let stalling = Proxy::start(Some(&upstream), |_, _| Fault::StallMidStream).await;
+    let servers = [
+        streaming_server(&stalling.base_url(), 600, 600, 1),
+        streaming_server(&upstream.base_url(), 600, 600, 1),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(2)), 8);
+    let started = Instant::now();
+    let results = chat_many(&llm, 10, 10).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_deref() == Ok("a reply long enough to come in several chunks")),
+        "{results:?}"
+    );
+    assert!(
+        stalling.count(Fault::StallMidStream) > 0,
+        "some answers stalled mid-stream"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "bounded by the 1 s idle timeout, not the 600 s total: {:?}",
+        started.elapsed()
+    );
+    let only = [streaming_server(&stalling.base_url(), 600, 600, 1)];
+    let llm = LlmClient::with_pool(pool(&only, fast_retries(1)), 8);
+    let err = llm.chat(&chat_request()).await.unwrap_err().to_string();
+    assert!(
+        err.contains("not answering after 1 attempt: the streamed answer stopped for 1 s (--openai.idle_timeout)"),
+        "{err}"
+    );
+}
+
+/// A server on 127.0.0.1 answering every chat request with `body` as an event stream.
+async fn event_stream_server(body: &'static str) -> String {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || async move {
+            ([("content-type", "text/event-stream")], body).into_response()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/v1")
+}
+
+/// A malformed chunk is an invalid answer (not retried, as a 2xx that is not a completion);
+/// a stream cut before its end marker is a broken answer, retried on another server; an error
+/// event is its status.
+#[tokio::test]
+async fn malformed_cut_and_error_streams_fail_as_their_kind() {
+    let malformed = event_stream_server("data: {\"choices\": {}}\n\n").await;
+    let llm = LlmClient::with_pool(
+        pool(
+            &[server(&malformed, ServerType::Openai, 30)],
+            fast_retries(3),
+        ),
+        8,
+    );
+    let err = llm.chat(&chat_request()).await.unwrap_err();
+    assert!(
+        matches!(&err, LlmError::Decode { reason, .. } if reason.contains("malformed stream chunk: `choices` is not a list")),
+        "{err:?}"
+    );
+    let cut = event_stream_server(
+        "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"half\"}}]}\n\n",
+    )
+    .await;
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let servers = [
+        server(&cut, ServerType::Openai, 30),
+        server(&live.base_url(), ServerType::Openai, 30),
+    ];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(3)), 8);
+    let results = chat_many(&llm, 6, 6).await;
+    assert!(
+        results.iter().all(|r| r.as_deref() == Ok("ok")),
+        "{results:?}"
+    );
+    assert_eq!(live.request_count(), 6);
+    let only = [server(&cut, ServerType::Openai, 30)];
+    let err = LlmClient::with_pool(pool(&only, fast_retries(2)), 8)
+        .chat(&chat_request())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("failing after 2 attempts: the streamed answer broke off: the stream ended before its end marker"),
+        "{err}"
+    );
+    let overloaded = event_stream_server(
+        "data: {\"error\": {\"message\": \"engine overloaded\", \"code\": 503}}\n\ndata: [DONE]\n\n",
+    )
+    .await;
+    let only = [server(&overloaded, ServerType::Openai, 30)];
+    let err = LlmClient::with_pool(pool(&only, fast_retries(2)), 8)
+        .chat(&chat_request())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("failing after 2 attempts: HTTP 503: ") && err.contains("engine overloaded"),
+        "{err}"
+    );
+}
+
+/// The wait between the head and the first event is the server queueing and prefilling: it is
+/// bounded by the total timeout only, never by the idle timeout.
+#[tokio::test]
+async fn a_slow_first_token_is_queueing_and_not_a_stall() {
+    let slow = ScriptedServer::start(always_ok()).await.unwrap();
+    slow.set_delay(Duration::from_secs(3));
+    let servers = [streaming_server(&slow.base_url(), 600, 1, 1)];
+    let llm = LlmClient::with_pool(pool(&servers, fast_retries(1)), 8);
+    let r = llm.chat(&chat_request()).await.unwrap();
+    assert_eq!(r.choices[0].message.content, "ok");
+    assert_eq!(slow.request_count(), 1, "answered at the first attempt");
+}
+
+/// `--openai.stream false` sends no `stream` and reads the plain answer; streaming sends
+/// `stream: true` with usage asked for, and both read the same response.
+#[tokio::test]
+async fn streamed_and_plain_requests_read_the_same_answer() {
+    let live = ScriptedServer::start(|_: &Value| {
+        Reply::text("visible")
+            .with_reasoning("hidden thoughts")
+            .and_tool("terminal", json!({"command": "ls -la"}))
+            .and_tool("read_file", json!({"path": "a.txt"}))
+    })
+    .await
+    .unwrap();
+    let mut answers = Vec::new();
+    for stream in [true, false] {
+        let config = ApiServerConfig {
+            stream,
+            ..server(&live.base_url(), ServerType::Openai, 30)
+        };
+        let llm = LlmClient::with_pool(pool(&[config], fast_retries(1)), 8);
+        let r = llm.chat(&chat_request()).await.unwrap();
+        let c = &r.choices[0];
+        let calls: Vec<(String, String)> = c
+            .message
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|t| (t.function.name.clone(), t.function.arguments.clone()))
+            .collect();
+        answers.push((
+            c.message.content.clone(),
+            c.message.reasoning_text(),
+            calls,
+            c.finish_reason.clone(),
+            r.usage,
+        ));
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0].2.len(), 2, "both parallel calls");
+    let sent = live.requests();
+    assert_eq!(sent[0]["stream"], true);
+    assert_eq!(sent[0]["stream_options"], json!({"include_usage": true}));
+    assert!(sent[1].get("stream").is_none() && sent[1].get("stream_options").is_none());
 }
 
 #[tokio::test]
@@ -721,6 +990,144 @@ async fn generate_fails_over_from_a_dead_server_and_marks_it_down() {
     assert_eq!(live.request_count(), 30);
 }
 
+/// Phase 2's `/generate` is not streamed: while a request waits, the server's `/health` tells a
+/// hung server from a busy one. At the defaults, a server whose `/generate` and `/health` both
+/// stop answering (a hung engine) is given up on after the 30 s interval and its 30 s check,
+/// not the 1200 s timeout, and the request is answered by the other server; the waiting
+/// requests of a server share its checks.
+#[tokio::test]
+async fn a_hung_phase2_server_is_found_by_its_health_check_at_the_defaults() {
+    let live = ScriptedServer::start(always_ok()).await.unwrap();
+    let hung = Proxy::start(None, |_, _| Fault::Stall).await;
+    let phase2 = |base_url: &str| ApiServerConfig {
+        base_url: Some(base_url.to_owned()),
+        server_type: ServerType::Vllm,
+        health_check: false,
+        ..Default::default()
+    };
+    let (head, total) = (
+        ApiServerConfig::default().head_timeout,
+        ApiServerConfig::default().timeout,
+    );
+    assert_eq!((head, total), (30, 1200), "the defaults");
+    let servers = [phase2(&hung.base_url()), phase2(&live.base_url())];
+    let client = GenerateClient::with_pool(pool(&servers, fast_retries(2))).unwrap();
+    let request = generate_request();
+    let started = Instant::now();
+    let results: Vec<_> = futures::stream::iter(0..8)
+        .map(|_| client.generate(&request))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let took = started.elapsed();
+    for r in &results {
+        assert!(
+            r.is_ok(),
+            "every request answered by the live server: {r:?}"
+        );
+    }
+    assert_eq!(live.request_count(), 8);
+    let seen = hung.seen();
+    let generates = seen.iter().filter(|s| s.path == "/generate").count();
+    let checks = seen.iter().filter(|s| s.path == "/health").count();
+    assert!(
+        generates >= 1,
+        "some requests went to the hung server first"
+    );
+    // One check ends every request waiting on the hung server (it never answers, so the
+    // requests waiting for its result fail with it).
+    assert!(
+        checks >= 1 && checks < generates.max(2),
+        "{checks} checks for {generates} waiting requests"
+    );
+    assert!(
+        took < Duration::from_secs(120),
+        "given up on after about 60 s (the interval and the check), not 1200 s: {took:?}"
+    );
+}
+
+/// A server host that drops off the network while it works on a `/generate` request (Phase 2
+/// is not streamed: nothing comes until the answer) is given up on once the TCP keepalive
+/// probes go unanswered, in about half a minute, not at the 1200 s default timeout; while the
+/// host is on the network its kernel answers the probes, however long the server takes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_host_that_drops_off_the_network_mid_request_is_given_up_on_within_a_minute() {
+    let net = common::netns::TestNet::create(1);
+    let host = &net.hosts[0];
+    // A busy server: it takes every connection, reads the request and never answers.
+    let script = "import socket, time\n\
+                  s = socket.socket()\n\
+                  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                  s.bind(('0.0.0.0', 8000))\n\
+                  s.listen(16)\n\
+                  held = []\n\
+                  while True:\n    c, _ = s.accept()\n    held.append(c)\n";
+    let mut busy = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &host.netns,
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .spawn()
+        .expect("python3 in the test host");
+    let addr = format!("{}:8000", host.addr);
+    let listening = Instant::now();
+    while tokio::net::TcpStream::connect(&addr).await.is_err() {
+        assert!(
+            listening.elapsed() < Duration::from_secs(30),
+            "the busy server in {} never listened",
+            host.netns
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let config = ApiServerConfig {
+        base_url: Some(format!("http://{addr}/v1")),
+        server_type: ServerType::Sglang,
+        health_check: false,
+        // The health watch of a waiting `/generate` would find the host gone too; checking
+        // every 600 s, it leaves the keepalive probes the only thing that can.
+        head_timeout: 600,
+        ..Default::default()
+    };
+    assert_eq!(config.timeout, 1200, "the default total timeout");
+    let client = GenerateClient::new(&[config], fast_retries(1)).unwrap();
+    let started = Instant::now();
+    let request = tokio::spawn(async move { client.generate(&generate_request()).await });
+    // Longer than the keepalive idle time: the probes are answered while the host is there.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(
+        !request.is_finished(),
+        "a busy server on the network is waited for"
+    );
+    net.unplug(0);
+    let unplugged = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(300), request)
+        .await
+        .expect("given up on within 300 s of the host dropping off, not the 1200 s timeout")
+        .unwrap();
+    let after = unplugged.elapsed();
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("unreachable after 1 attempt: "),
+        "a connection failure, not the per-request timeout: {err}"
+    );
+    // 15 s without traffic, then 3 probes 5 s apart: about 30 s; bounded loosely for a
+    // loaded machine, far below the 1200 s the request would have been held.
+    assert!(
+        after < Duration::from_secs(90),
+        "{after:?} after the host dropped off: {err}"
+    );
+    eprintln!(
+        "host dropped off after {:?}; request given up on {after:?} later: {err}",
+        unplugged - started
+    );
+}
+
 #[tokio::test]
 async fn generate_does_not_retry_a_400_and_retries_a_503() {
     let upstream = ScriptedServer::start(always_ok()).await.unwrap();
@@ -892,6 +1299,164 @@ async fn process_with_one_dead_server_of_two_writes_every_group_complete() {
         );
         assert!(!stderr.contains("LLM call failed"), "{stderr}");
     }
+}
+
+/// Acceptance of the fault defaults: `process` of the terminal_test example through two proxies
+/// in front of one scripted server, every chat attempt independently answered 500 (30 %),
+/// stalled with no answer (5 %) or stalled after its first event (5 %), with no retry or
+/// timeout setting given. Every group completes with every rollout whole, and no rollout fails
+/// as an LLM failure. (With the old defaults, 3 attempts and a non-streamed request bounded only
+/// by the 1200 s timeout, a stalled attempt held its rollout for 20 minutes: the run does not
+/// finish within the deadline below.)
+#[tokio::test(flavor = "multi_thread")]
+async fn process_at_default_settings_completes_every_group_through_30_percent_5xx_and_10_percent_stalls(
+) {
+    const GROUPS: usize = 8;
+    const GROUP_SIZE: usize = 8;
+    /// Far above what the defaults need (a stall costs 30 s or 60 s, a rollout meets a few),
+    /// far below the 1200 s one stall held a rollout for before.
+    const DEADLINE: Duration = Duration::from_secs(600);
+    let live = ScriptedServer::start(|request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        if messages.iter().any(|m| m["role"] == "assistant") {
+            Reply::text("finished")
+        } else {
+            Reply::tool("terminal", json!({"command": "echo 579 > ~/answer.txt"}))
+        }
+    })
+    .await
+    .unwrap();
+    // Each proxy's first chat request (request 1, after the health check) gets one kind of
+    // stall for certain; every later one a random draw.
+    let flaky = |first: Fault| {
+        move |n: u64, path: &str| {
+            if !path.ends_with("/chat/completions") {
+                return Fault::Forward;
+            }
+            if n == 1 {
+                return first;
+            }
+            use std::hash::{BuildHasher, Hasher};
+            let mut draw = std::collections::hash_map::RandomState::new().build_hasher();
+            draw.write_u64(n);
+            match draw.finish() % 100 {
+                0..=29 => Fault::Status(500),
+                30..=34 => Fault::Stall,
+                35..=39 => Fault::StallMidStream,
+                _ => Fault::Forward,
+            }
+        }
+    };
+    let a = Proxy::start(Some(&live), flaky(Fault::Stall)).await;
+    let b = Proxy::start(Some(&live), flaky(Fault::StallMidStream)).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "openai:\n  - {{base_url: \"{}\", model_name: M}}\n  - {{base_url: \"{}\", model_name: M}}\n\
+         env:\n  total_steps: {GROUPS}\n  group_size: {GROUP_SIZE}\n  use_wandb: false\n  \
+         data_path_to_save_groups: output.jsonl\n",
+        a.base_url(),
+        b.base_url()
+    );
+    std::fs::write(tmp.path().join("config.yaml"), yaml).unwrap();
+    let started = Instant::now();
+    let run = tokio::process::Command::new(common::example_bin("terminal_test"))
+        .args(["process", "--config", "config.yaml"])
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(DEADLINE, run)
+        .await
+        .unwrap_or_else(|_| {
+            let written = std::fs::read_to_string(tmp.path().join("output.jsonl"))
+                .map(|t| t.lines().count())
+                .unwrap_or(0);
+            panic!(
+            "the run did not finish within {DEADLINE:?} ({written} of {GROUPS} groups written; \
+             stalls seen {} + {}): a stalled request held its rollout",
+            a.count(Fault::Stall) + b.count(Fault::Stall),
+            a.count(Fault::StallMidStream) + b.count(Fault::StallMidStream)
+        )
+        })
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(tmp.path().join("output.jsonl")).unwrap();
+    let groups: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(groups.len(), GROUPS, "every group written: {stderr}");
+    for g in &groups {
+        let convos = g["messages"].as_array().unwrap();
+        assert_eq!(convos.len(), GROUP_SIZE, "every rollout of the group");
+        for convo in convos {
+            let convo = convo.as_array().unwrap();
+            assert!(convo.iter().any(|m| m["role"] == "tool"), "the tool ran");
+            assert_eq!(
+                convo.last().unwrap()["content"],
+                "finished",
+                "rollout complete"
+            );
+        }
+    }
+    assert!(
+        !stderr.contains("rollout failed"),
+        "no rollout failed (as an LLM failure or otherwise): {stderr}"
+    );
+    let seen: Vec<Seen> = [&a, &b].iter().flat_map(|p| p.seen()).collect();
+    let chats = seen
+        .iter()
+        .filter(|s| s.path.ends_with("/chat/completions"));
+    let (mut attempts, mut errors, mut stalls, mut mid) = (0, 0, 0, 0);
+    for s in chats {
+        attempts += 1;
+        match s.fault {
+            Fault::Status(500) => errors += 1,
+            Fault::Stall => stalls += 1,
+            Fault::StallMidStream => mid += 1,
+            _ => {}
+        }
+    }
+    // Nothing silent, and no storm of lines: the retry line names the knobs and is written at
+    // most once per 10 s (with the count of the retries it held back).
+    let retry_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("retrying in"))
+        .collect();
+    assert!(!retry_lines.is_empty(), "retries are announced: {stderr}");
+    assert!(
+        retry_lines
+            .iter()
+            .all(|l| l.contains("(--env.llm_retries)")),
+        "{retry_lines:?}"
+    );
+    assert!(
+        retry_lines.len() as u64 <= took.as_secs() / 10 + 1,
+        "{} retry lines in {took:?}: {retry_lines:?}",
+        retry_lines.len()
+    );
+    let answered = GROUPS * GROUP_SIZE * 2;
+    eprintln!(
+        "{answered} turns answered in {took:.1?} over {attempts} attempts: {errors} answered 500, \
+         {stalls} stalled before the head, {mid} stalled mid-stream; retry lines: {}",
+        stderr.matches("retrying in").count()
+    );
+    assert_eq!(
+        live.request_count() as usize,
+        answered + mid,
+        "each turn answered once, plus the answers the proxy cut"
+    );
+    // Bounds, not exact counts: the faults are random draws. Over the 200 or more attempts
+    // the 30 % draw gives at least 30 500s and the two 5 % draws at least 3 stalls together,
+    // but for a chance below one in a million; one stall of each kind is certain.
+    assert!(
+        errors >= 30 && stalls >= 1 && mid >= 1 && stalls + mid >= 3,
+        "faults injected: {errors} 500s, {stalls} + {mid} stalls"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ async fn process_log_with_huge_offset_and_limit_is_a_page() {
         assert_eq!(r["total_lines"], 2, "{r}");
     }
     let sandbox = Arc::clone(sb.get().await.unwrap());
-    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref(), &sb.own_processes())
         .await
         .unwrap();
     sb.close().await.unwrap();
@@ -358,7 +358,7 @@ fn random_arguments_never_panic_a_builtin_tool() {
     runtime.block_on(async {
         if sb.is_created() {
             let sandbox = Arc::clone(sb.get().await.unwrap());
-            hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
+            hermes_runtime::tools::cleanup_processes(sandbox.as_ref(), &sb.own_processes())
                 .await
                 .unwrap();
         }

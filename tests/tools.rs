@@ -50,7 +50,8 @@ impl Bench {
     async fn finish(self) {
         if self.sandbox.is_created() {
             let sandbox = Arc::clone(self.sandbox.get().await.unwrap());
-            hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
+            let own = self.sandbox.own_processes();
+            hermes_runtime::tools::cleanup_processes(sandbox.as_ref(), &own)
                 .await
                 .unwrap();
         }
@@ -274,7 +275,7 @@ async fn background_processes(p: Arc<dyn SandboxProvider>) {
         .await;
     assert_eq!(running.trim(), "running", "{left_behind} did not start");
     let sandbox = Arc::clone(b.sandbox.get().await.unwrap());
-    hermes_runtime::tools::cleanup_processes(sandbox.as_ref())
+    hermes_runtime::tools::cleanup_processes(sandbox.as_ref(), &b.sandbox.own_processes())
         .await
         .unwrap();
     // SIGKILLed: it runs no more code, but `ps` may list it until the kernel has finished

@@ -9,6 +9,7 @@ mod attr;
 mod errors;
 mod expand;
 mod model;
+mod serde_shim;
 mod suggest;
 mod validate;
 
@@ -47,4 +48,18 @@ pub fn hermes_env(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn hooks(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::hooks(args.into(), item.into()).into()
+}
+
+/// serde's `Serialize` derive, usable without a `serde` dependency of your own: the prelude's
+/// `#[derive(Serialize)]`. Takes serde's attributes (`#[serde(rename = "…")]`, …).
+#[proc_macro_derive(Serialize, attributes(serde))]
+pub fn derive_serialize(item: TokenStream) -> TokenStream {
+    serde_shim::derive(item.into(), serde_shim::Trait::Serialize).into()
+}
+
+/// serde's `Deserialize` derive, usable without a `serde` dependency of your own: the
+/// prelude's `#[derive(Deserialize)]`. Takes serde's attributes.
+#[proc_macro_derive(Deserialize, attributes(serde))]
+pub fn derive_deserialize(item: TokenStream) -> TokenStream {
+    serde_shim::derive(item.into(), serde_shim::Trait::Deserialize).into()
 }

@@ -33,7 +33,11 @@ fn client_config() -> rustls::ClientConfig {
 }
 
 /// The process's crypto provider: ring, installed as the default for the other rustls users
-/// (reqwest's `rustls-no-provider` build and hf-hub look it up).
+/// (reqwest's `rustls-no-provider` build and hf-hub look it up). rustls 0.23.48 deprecates
+/// ring's provider for lacking post-quantum key exchange; the alternative (aws-lc-rs) needs
+/// cmake and a C toolchain in every author's build, and the peers here are inference servers
+/// and the trajectory API, so ring stays and its deprecation is not passed on to dependents.
+#[allow(deprecated)]
 fn provider() -> Arc<CryptoProvider> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     CryptoProvider::get_default()

@@ -137,7 +137,8 @@ pub fn hub_python() -> PathBuf {
 
 /// A Python with Hugging Face `transformers` (no torch) and `tokenizers`, for the chat-template
 /// conformance suite, plus `cmake` and `scikit-build-core`, which pip needs to read the metadata
-/// of the llama-cpp-python source distribution the real templates come from.
+/// of the llama-cpp-python source distribution the real templates come from, and `gguf`, which
+/// reads the real vocabularies of `real_tokenizers.rs` out of GGUF files.
 pub fn template_python() -> PathBuf {
     python_venv(
         "template-venv",
@@ -147,8 +148,9 @@ pub fn template_python() -> PathBuf {
             "jinja2",
             "scikit-build-core",
             "cmake",
+            "gguf==0.19.0",
         ],
-        "import transformers, tokenizers, jinja2, scikit_build_core, cmake",
+        "import transformers, tokenizers, jinja2, scikit_build_core, cmake, gguf",
     )
 }
 
@@ -160,6 +162,53 @@ pub fn math_verify_python() -> PathBuf {
         &["math-verify==0.9.0"],
         "import math_verify",
     )
+}
+
+/// The source distribution that vendors llama.cpp and its `models/templates/` (real chat
+/// templates), in `target/chat-templates/`, downloaded from PyPI once under a lock; panics
+/// with pip's message when PyPI cannot be reached.
+pub fn llama_cpp_sdist() -> PathBuf {
+    const SDIST: &str = "llama-cpp-python==0.3.36";
+    const SDIST_FILE: &str = "llama_cpp_python-0.3.36.tar.gz";
+    let python = template_python();
+    let bin = python.parent().unwrap().to_owned();
+    let target = bin.parent().unwrap().parent().unwrap().to_owned();
+    let work = target.join("chat-templates");
+    std::fs::create_dir_all(&work).unwrap();
+    let lock = std::fs::File::create(target.join("chat-templates.lock")).expect("lock file");
+    // SAFETY: flock on a file descriptor we own; released when `lock` is dropped.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+    let sdist = work.join(SDIST_FILE);
+    if !sdist.exists() {
+        // pip reads the sdist's metadata (scikit-build-core wants cmake on PATH).
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+            ])
+            .args(["--no-build-isolation", SDIST, "-d"])
+            .arg(&work)
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && sdist.exists(),
+            "this test needs {SDIST} from PyPI (the real chat templates): pip download failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(lock);
+    sdist
 }
 
 /// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a

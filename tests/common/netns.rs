@@ -156,6 +156,12 @@ impl TestNet {
         net
     }
 
+    /// Takes test host `i` off the network without a word: its link goes down, so packets to
+    /// it are lost and no reset comes (a host that lost power, a partition).
+    pub fn unplug(&self, i: usize) {
+        ip(&["link", "set", &self.outer[i], "down"]);
+    }
+
     /// Test host `i`: its namespace, and a veth pair from the bridge into it.
     fn add_host(&mut self, pid: u32, i: usize, addr: Ipv4Addr) {
         let netns = format!("hermes-{pid}-{i}");

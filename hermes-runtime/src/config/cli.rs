@@ -80,9 +80,14 @@ fn flag_arg(
 
 fn mode_command(desc: &EnvDescriptor, mode: Mode, about: &'static str) -> Command {
     let env_defaults = desc.env_defaults(mode);
-    let server_defaults = match serde_json::to_value(ApiServerConfig::default()) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
+    // `--openai.*` flags are merged over the first server, so its defaults are the ones shown:
+    // the environment's declared server (e.g. OpenRouter), not the generic ones.
+    let declared = desc.server_defaults();
+    let server_defaults = declared.first().cloned().unwrap_or_default();
+    let server_heading = if declared.len() > 1 {
+        "Inference server (--openai.*: the first of the environment's declared servers)"
+    } else {
+        "Inference server (--openai.*)"
     };
     let manager_defaults =
         serde_json::to_value(super::ManagerConfig::default()).unwrap_or_default();
@@ -106,7 +111,7 @@ fn mode_command(desc: &EnvDescriptor, mode: Mode, about: &'static str) -> Comman
             "openai",
             &field,
             server_defaults.get(field.name),
-            "Inference server (--openai.*)",
+            server_heading,
         ));
     }
     for field in manager_fields() {

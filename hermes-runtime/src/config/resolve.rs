@@ -78,7 +78,7 @@ impl EnvDescriptor {
 
     /// The default server maps: the declared servers over `ApiServerConfig`'s defaults, or one
     /// plain default server.
-    fn server_defaults(&self) -> Vec<Map<String, Value>> {
+    pub(crate) fn server_defaults(&self) -> Vec<Map<String, Value>> {
         let plain = to_map(&ApiServerConfig::default());
         if self.servers.is_empty() {
             return vec![plain];
@@ -216,6 +216,32 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The env field that drops groups whose rollouts all scored alike.
+const SCORES_RULE: &str = "ensure_scores_are_not_same";
+
+/// `serve --testing` answers every item with its reference solutions, which score alike, so
+/// the equal-scores rule would drop every group, one after another, and send nothing. Unless
+/// the run sets the rule itself it is off, said once; if the run keeps it on, that is said once
+/// too.
+fn testing_scores_rule(
+    env_map: &mut Map<String, Value>,
+    set_by_run: bool,
+    warnings: &mut Vec<String>,
+) {
+    if !set_by_run {
+        env_map.insert(SCORES_RULE.into(), false.into());
+        warnings.push(format!(
+            "--testing: the reference answers score alike, so groups with equal scores are kept \
+             (--env.{SCORES_RULE} true drops them, and then every group)"
+        ));
+    } else if env_map.get(SCORES_RULE) == Some(&Value::Bool(true)) {
+        warnings.push(format!(
+            "--testing with --env.{SCORES_RULE} true: the reference answers score alike, so \
+             every group will be dropped and none sent"
+        ));
+    }
+}
+
 /// Coerces every known key of `values` (from YAML) into `base`; unknown keys become warnings.
 fn merge_section(
     base: &mut Map<String, Value>,
@@ -294,6 +320,7 @@ pub fn resolve(
     let mut servers = declared.clone();
     let mut manager = to_map(&ManagerConfig::default());
     let mut yaml_server_list = 0usize;
+    let mut scores_rule_set = flags.env.contains_key(SCORES_RULE);
 
     if let Some(path) = &flags.config_file {
         let yaml = YamlConfig::load(path)?;
@@ -301,6 +328,7 @@ pub fn resolve(
             match key.as_str() {
                 "env" => {
                     let values = as_map(value, "env", &yaml)?;
+                    scores_rule_set |= values.contains_key(SCORES_RULE);
                     merge_section(
                         &mut env_map,
                         values,
@@ -373,6 +401,9 @@ pub fn resolve(
         servers[0].extend(flags.openai);
     }
     manager.extend(flags.manager);
+    if mode == Mode::Serve && manager.get("testing") == Some(&Value::Bool(true)) {
+        testing_scores_rule(&mut env_map, scores_rule_set, &mut warnings);
+    }
 
     if env_map.get("wandb_name").is_none_or(Value::is_null) {
         env_map.insert("wandb_name".into(), desc.name.into());

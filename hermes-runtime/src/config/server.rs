@@ -31,9 +31,17 @@ config_section! {
     /// One inference server. A single config is one server at its `base_url` (the upstream
     /// expansion to localhost:9004-9007 is not reproduced).
     pub struct ApiServerConfig {
-        /// Per-request timeout in seconds.
+        /// Per-request timeout in seconds: the whole answer, queueing and generation included.
         #[range(1, SECONDS_MAX)]
         timeout: i64 = 1200,
+        /// Chat completions are requested as a stream of server-sent events (vLLM, SGLang, llama.cpp's server and OpenAI send the response head at once, then one chunk per step), so a server that stalls is told from one still generating (--openai.head_timeout, --openai.idle_timeout); false for a server that cannot stream, which is then bounded by --openai.timeout alone.
+        stream: bool = true,
+        /// Seconds a streamed chat request waits for the response head (status and headers, which servers send before they generate): a server that accepts a request and does not answer is given up on after this and the request retried. Phase 2's unstreamed /generate checks the server's /health this often (each check bounded by it too) while it waits, and is given up on when the check fails.
+        #[range(1, SECONDS_MAX)]
+        head_timeout: i64 = 30,
+        /// Seconds a streamed answer may go without a chunk once its first chunk came (the wait for the first one is queueing and prefill, bounded by --openai.timeout alone): longer, and the answer is given up on as stalled and the request retried.
+        #[range(1, SECONDS_MAX)]
+        idle_timeout: i64 = 60,
         /// Concurrent training requests to this server.
         #[range(1, 1_000_000)]
         num_max_requests_at_once: i64 = 512,

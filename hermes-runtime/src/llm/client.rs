@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::health::Failover;
-use super::http::post_json;
+use super::http::{post_json, post_streaming, Streamed};
 use super::pool::{AttemptError, ServerPool};
 use super::types::{ChatRequest, ChatResponse};
 use super::{LlmError, RequestStats, RetryPolicy};
@@ -92,11 +92,24 @@ impl LlmClient {
         let http = self.pool.http();
         self.pool
             .call(request.split, |server| async move {
-                let body = request.body(&server.model);
-                let text = post_json(http, server.chat_target(), &body).await?;
-                serde_json::from_str(&text)
-                    .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))
+                let Some(limits) = server.stream else {
+                    let body = request.body(&server.model);
+                    let text = post_json(http, server.chat_target(), &body).await?;
+                    return parse(&text);
+                };
+                let body = request.streaming_body(&server.model);
+                match post_streaming(http, server.chat_target(), limits, &body).await? {
+                    Streamed::Response(response) => Ok(response),
+                    Streamed::Malformed(reason) => Err(AttemptError::Decode(reason)),
+                    // A server that ignored `stream` answers as without it.
+                    Streamed::Text(text) => parse(&text),
+                }
             })
             .await
     }
+}
+
+/// A non-streamed chat-completion body.
+fn parse(text: &str) -> Result<ChatResponse, AttemptError> {
+    serde_json::from_str(text).map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(text))))
 }

@@ -94,8 +94,13 @@ fn exhausted(
 ) -> String {
     let state = match cause {
         HttpFailure::Connect(_) => "unreachable",
-        HttpFailure::Timeout(_) => "not answering",
-        HttpFailure::Status { .. } | HttpFailure::TooLarge { .. } => "failing",
+        HttpFailure::Timeout(_)
+        | HttpFailure::NoHead(_)
+        | HttpFailure::Stalled(_)
+        | HttpFailure::Unhealthy(_) => "not answering",
+        HttpFailure::Status { .. } | HttpFailure::TooLarge { .. } | HttpFailure::Broken(_) => {
+            "failing"
+        }
     };
     let plural = if attempts == 1 { "" } else { "s" };
     match tried {

@@ -218,7 +218,15 @@ impl GenerateClient {
                 } else {
                     vllm_body(request)
                 };
-                let text = post_json(http, server.generate_target(), &body).await?;
+                // Nothing comes until the answer: the server's health tells a stalled server
+                // from a busy one meanwhile.
+                let every = server.head_timeout;
+                let text = tokio::select! {
+                    text = post_json(http, server.generate_target(), &body) => text?,
+                    failed = server.watch.until_unhealthy(http, &server, every) => {
+                        return Err(failed.into());
+                    }
+                };
                 let v: Value = serde_json::from_str(&text)
                     .map_err(|e| AttemptError::Decode(format!("{e}: {}", snippet(&text))))?;
                 if sglang {

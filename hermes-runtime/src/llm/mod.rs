@@ -15,10 +15,12 @@ mod pool;
 mod refusal;
 mod retry;
 mod route;
+pub(crate) mod sse;
 mod stats;
 mod template_choice;
 pub mod tokenizer;
 mod types;
+mod watch;
 
 pub use backend::ChatBackend;
 pub use client::LlmClient;

@@ -12,10 +12,11 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::health::{Failover, Health, Standing};
-use super::http::{self, HttpFailure, RequestUrl, Target};
+use super::http::{self, HttpFailure, RequestUrl, StreamLimits, Target};
 use super::liveness::{InferenceDown, Liveness};
 use super::refusal::{is_context_exceeded, Refusal};
 use super::route::{choose, weighted, Candidate, Group};
+use super::watch::HealthWatch;
 use super::{LlmError, RequestStats, RetryPolicy, Split};
 use crate::config::{ApiServerConfig, ServerType};
 
@@ -35,6 +36,13 @@ pub(crate) struct Endpoint {
     pub kind: ServerType,
     api_key: Option<String>,
     timeout: Duration,
+    /// The limits of streamed chat requests; `None` when chat answers are not streamed.
+    pub stream: Option<StreamLimits>,
+    /// `--openai.head_timeout`: also how often an unstreamed request's wait checks the
+    /// server's health ([`HealthWatch`]).
+    pub head_timeout: Duration,
+    /// The server's health as waiting unstreamed requests see it.
+    pub watch: HealthWatch,
     health_check: bool,
     limits: [usize; 2],
     /// `{base}/chat/completions` and `{root}/generate`, parsed once (a URL string is parsed
@@ -560,6 +568,12 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
         kind: c.server_type,
         api_key: c.resolved_api_key(),
         timeout: Duration::from_secs(c.timeout.max(1) as u64),
+        head_timeout: Duration::from_secs(c.head_timeout.max(1) as u64),
+        watch: HealthWatch::default(),
+        stream: c.stream.then(|| StreamLimits {
+            head: Duration::from_secs(c.head_timeout.max(1) as u64),
+            idle: Duration::from_secs(c.idle_timeout.max(1) as u64),
+        }),
         health_check: c.health_check,
         limits: [
             c.num_max_requests_at_once.max(1) as usize,
@@ -568,11 +582,23 @@ fn endpoint(c: &ApiServerConfig) -> Result<Endpoint, LlmError> {
     })
 }
 
+/// TCP keepalive of the inference connections: probes after this long without traffic, every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_PROBES`] of them unanswered and the connection fails. A
+/// server host that drops off the network mid-request (power loss, a partition: no reset ever
+/// comes) is found in about half a minute, also for an unstreamed `/generate`; a busy server's
+/// kernel answers the probes, so a long generation is never cut by them.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// The HTTP client shared by the inference clients: rustls with the ring provider, a 30 s
-/// connect timeout and a large idle pool for many concurrent rollouts.
+/// connect timeout, TCP keepalive and a large idle pool for many concurrent rollouts.
 fn http_client() -> Result<reqwest::Client, LlmError> {
     crate::tls::client_builder()
         .connect_timeout(Duration::from_secs(30))
+        .tcp_keepalive(KEEPALIVE_IDLE)
+        .tcp_keepalive_interval(KEEPALIVE_INTERVAL)
+        .tcp_keepalive_retries(KEEPALIVE_PROBES)
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))

@@ -158,18 +158,30 @@ impl ChatRequest {
         ChatBody {
             request: self,
             model,
+            stream: false,
+        }
+    }
+
+    /// [`Self::body`] asking for the answer as a stream of server-sent events, with the token
+    /// counts in its last chunk (`stream: true`, `stream_options: {"include_usage": true}`).
+    pub fn streaming_body<'a>(&'a self, model: &'a str) -> ChatBody<'a> {
+        ChatBody {
+            stream: true,
+            ..self.body(model)
         }
     }
 }
 
 /// [`ChatRequest::body`]: `model`, `messages`, `n`, `temperature`, `max_tokens` (when set),
-/// `tools` with `tool_choice: "auto"` (when tools are offered), then the `extra_body` keys.
+/// `tools` with `tool_choice: "auto"` (when tools are offered), `stream` and `stream_options`
+/// (when streaming), then the `extra_body` keys.
 /// An `extra_body` key that names one of those replaces its value in place (as a merge into a
 /// JSON object does), so the caller can override anything.
 #[derive(Debug, Clone, Copy)]
 pub struct ChatBody<'a> {
     request: &'a ChatRequest,
     model: &'a str,
+    stream: bool,
 }
 
 impl serde::Serialize for ChatBody<'_> {
@@ -189,10 +201,16 @@ impl serde::Serialize for ChatBody<'_> {
             body_entry(&mut map, extra, "tools", &*tools_json(&r.tools))?;
             body_entry(&mut map, extra, "tool_choice", "auto")?;
         }
+        if self.stream {
+            body_entry(&mut map, extra, "stream", &true)?;
+            let usage = serde_json::json!({"include_usage": true});
+            body_entry(&mut map, extra, "stream_options", &usage)?;
+        }
         for (k, v) in extra {
             let written = matches!(k.as_str(), "model" | "messages" | "n" | "temperature")
                 || (k == "max_tokens" && r.max_tokens.is_some())
-                || (matches!(k.as_str(), "tools" | "tool_choice") && !r.tools.is_empty());
+                || (matches!(k.as_str(), "tools" | "tool_choice") && !r.tools.is_empty())
+                || (matches!(k.as_str(), "stream" | "stream_options") && self.stream);
             if !written {
                 map.serialize_entry(k, v)?;
             }

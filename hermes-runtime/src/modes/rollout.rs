@@ -468,7 +468,8 @@ async fn run_agent(
 async fn release(sandbox: &TaskSandbox) {
     if sandbox.is_created() && sandbox.has_tool_state() {
         if let Ok(created) = sandbox.get().await {
-            if let Err(e) = crate::tools::cleanup_processes(created.as_ref()).await {
+            let own = sandbox.own_processes();
+            if let Err(e) = crate::tools::cleanup_processes(created.as_ref(), &own).await {
                 warn!("tool state cleanup failed: {e}");
             }
         }
@@ -532,7 +533,8 @@ async fn settle<E: Environment>(
 }
 
 /// The tripwires between the agent phase and the verifier: stops every process the agent
-/// started (its tracked background processes included) and checks what it changed. `None`
+/// started (the `process` tool's included; the item's declared survivors excepted) and checks
+/// what it changed. `None`
 /// lets verification proceed; otherwise the rollout's outcome (tampered, scored
 /// `tampered_reward` by the caller, or a sandbox failure when the checks themselves could
 /// not run).
@@ -542,17 +544,15 @@ async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<Rewa
     }
     let checked = async {
         let created = sandbox.get().await?;
-        let keep = if sandbox.has_tool_state() {
-            crate::tools::tracked_pids(created.as_ref()).await?
-        } else {
-            Vec::new()
-        };
-        let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), armed, &keep).await?;
+        // The `process` tool's own processes as this process recorded them: the model can
+        // write the tool's state files, so they decide nothing here.
+        let own = sandbox.own_processes();
+        let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), armed, &own).await?;
         // Then the agent's shell goes too (with whatever its commands' groups still hold):
         // the verifier's commands get a fresh one.
         created.reset_processes().await?;
         if sandbox.has_tool_state() {
-            crate::tools::cleanup_processes(created.as_ref()).await?;
+            crate::tools::cleanup_processes(created.as_ref(), &own).await?;
         }
         Ok::<_, crate::sandbox::SandboxError>(wires)
     };

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use super::change_scan::ChangeScan;
 use super::error::SandboxError;
+use super::survival::{LeftoverKill, LeftoverRules, Survivor};
 
 /// Character budget of command output shown to the model (Hermes: 50,000).
 pub const OUTPUT_LIMIT_CHARS: usize = 50_000;
@@ -91,6 +92,9 @@ pub struct SandboxSpec {
     /// firing the integrity tripwire, for tasks that require it; the verifier is then only as
     /// trustworthy as the binaries the agent left behind.
     pub mutable_system: bool,
+    /// Processes allowed to outlive the agent phase (services the task asks for); every other
+    /// process the agent left is killed before verification and fires the process wire.
+    pub survivors: Vec<Survivor>,
 }
 
 impl SandboxSpec {
@@ -105,6 +109,19 @@ impl SandboxSpec {
     /// Adds a path the verifier relies on to the integrity tripwire's watch list.
     pub fn protect(mut self, path: impl Into<String>) -> Self {
         self.protected_paths.push(path.into());
+        self
+    }
+
+    /// Lets processes that execute `exe` (a path in the sandbox; links followed) with a
+    /// command line matching `command` (`*` = any characters, the rest literal) outlive the
+    /// agent phase: a service the task asks the agent to leave running keeps running while the
+    /// verifier runs, and fires no wire. Everything else is still killed. The verifier then
+    /// runs beside a process the agent started: see [`Survivor`].
+    pub fn allow_survivor(mut self, exe: impl Into<String>, command: impl Into<String>) -> Self {
+        self.survivors.push(Survivor {
+            exe: exe.into(),
+            command: command.into(),
+        });
         self
     }
 }
@@ -157,15 +174,18 @@ pub trait Sandbox: Send + Sync {
     /// Kills everything the sandbox started and removes it. Idempotent.
     async fn teardown(&self) -> Result<(), SandboxError>;
     /// Before verification: kills every process still running that the agent started, except
-    /// the trees rooted at `keep` (background processes the `process` tool tracks), and
-    /// returns one line (`pid command`) per process it had to kill. Docker runs
-    /// the tripwires' `LEFTOVER_SCRIPT` in the container (everything but init and the
-    /// entrypoint), the local backend scans for the rollout's groups and `HOME`. The default
-    /// kills nothing: on a host the sandbox shares with others (ssh) "everything else" is not
-    /// the agent's.
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        let _ = keep;
-        Ok(Vec::new())
+    /// the declared survivors of `rules` (checked against the kernel's view of each process),
+    /// and reports each killed process (`pid command`) that is not one of the `process` tool's
+    /// own (`rules.own`, matched by pid and start time) or below one. Docker runs the
+    /// tripwires' `LEFTOVER_SCRIPT` in the container (everything but init and the entrypoint),
+    /// the local backend scans for the rollout's groups and `HOME`. The default kills nothing:
+    /// on a host the sandbox shares with others (ssh) "everything else" is not the agent's.
+    async fn kill_leftover_processes(
+        &self,
+        rules: &LeftoverRules,
+    ) -> Result<LeftoverKill, SandboxError> {
+        let _ = rules;
+        Ok(LeftoverKill::default())
     }
     /// Paths the sandbox's filesystem changed at, as seen by the engine rather than from
     /// inside (an agent cannot hide a change from it), at least those at or under `roots` and

@@ -12,7 +12,8 @@
 //!
 //! 1. The shared vocabulary, in this folder: [`SandboxError`] (`error.rs`), the tripwire scans
 //!    the trait passes ([`ChangeScan`], `change_scan.rs`), the [`Sandbox`] and
-//!    [`SandboxProvider`] traits with the values they pass (`api.rs`), and the rollout's
+//!    [`SandboxProvider`] traits with the values they pass (`api.rs`), what may outlive the
+//!    agent phase ([`Survivor`], [`OwnProcess`], `survival.rs`), and the rollout's
 //!    handle to its sandbox ([`TaskSandbox`], `task.rs`, with its failure record `watched.rs`).
 //! 2. `files/`: moving and reading files safely (tar streams, link containment, bounded
 //!    reads, lexical paths inside a remote sandbox).
@@ -31,6 +32,7 @@ mod error;
 mod exec;
 mod files;
 mod integrity;
+mod survival;
 mod task;
 mod watched;
 
@@ -45,6 +47,8 @@ pub use error::SandboxError;
 pub use exec::output::CappedOutput;
 pub use exec::preamble::CLEAN_PREAMBLE;
 pub use files::bounded::READ_LIMIT;
+pub(crate) use survival::shell_functions;
+pub use survival::{LeftoverKill, LeftoverRules, OwnProcess, Survivor};
 pub use task::TaskSandbox;
 
 // The Docker backend and the tripwires as modules of their own: the rest of the crate reaches

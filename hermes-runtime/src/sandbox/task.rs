@@ -2,12 +2,13 @@
 //! agent's tools and the reward's `ToolContext`. Dropping the last handle tears it down.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::OnceCell;
 
 use super::api::{Sandbox, SandboxProvider, SandboxSpec};
 use super::error::SandboxError;
+use super::survival::OwnProcess;
 use super::watched::{FailureRecord, Watched};
 
 /// A lazily created sandbox keyed by one rollout's task id.
@@ -17,8 +18,16 @@ pub struct TaskSandbox {
     spec: SandboxSpec,
     cell: OnceCell<Arc<dyn Sandbox>>,
     tool_state: AtomicBool,
+    /// The `process` tool's background processes, as its start command reported them: the
+    /// only account of them the pre-verification kill believes (files in the sandbox are the
+    /// model's to write).
+    own: Mutex<Vec<OwnProcess>>,
     failure: FailureRecord,
 }
+
+/// Most background-process records kept per rollout; past it the oldest is forgotten (were it
+/// still running it would then fire the process wire: a wrong wire, never a spared process).
+const OWN_RECORDS: usize = 4096;
 
 impl std::fmt::Debug for TaskSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -38,6 +47,7 @@ impl TaskSandbox {
             spec: SandboxSpec::default(),
             cell: OnceCell::new(),
             tool_state: AtomicBool::new(false),
+            own: Mutex::new(Vec::new()),
             failure: Arc::new(OnceLock::new()),
         }
     }
@@ -46,6 +56,26 @@ impl TaskSandbox {
     /// which must be cleaned up before teardown.
     pub fn mark_tool_state(&self) {
         self.tool_state.store(true, Ordering::Relaxed);
+    }
+
+    /// Records a background process the `process` tool started (and that tool state is left
+    /// to clean up).
+    pub fn record_own_process(&self, process: OwnProcess) {
+        self.mark_tool_state();
+        let mut own = self.own.lock().unwrap_or_else(|e| e.into_inner());
+        if own.len() >= OWN_RECORDS {
+            own.remove(0);
+            tracing::warn!(
+                "rollout {}: over {OWN_RECORDS} background processes started; the oldest record is forgotten (if that process still runs at verification it fires the process wire)",
+                self.task_id
+            );
+        }
+        own.push(process);
+    }
+
+    /// The background processes the `process` tool started, as recorded.
+    pub fn own_processes(&self) -> Vec<OwnProcess> {
+        self.own.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// True when a tool left state to clean up.

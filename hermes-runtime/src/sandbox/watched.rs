@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use super::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
 use super::change_scan::ChangeScan;
 use super::error::SandboxError;
+use super::survival::{LeftoverKill, LeftoverRules};
 
 /// The first infrastructure failure seen, shared by a [`TaskSandbox`](super::task::TaskSandbox) and its sandbox.
 pub(crate) type FailureRecord = Arc<OnceLock<String>>;
@@ -66,8 +67,11 @@ impl Sandbox for Watched {
     async fn download_dir(&self, remote: &str, local: &Path) -> Result<Transfer, SandboxError> {
         self.seen(self.inner.download_dir(remote, local).await)
     }
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        self.seen(self.inner.kill_leftover_processes(keep).await)
+    async fn kill_leftover_processes(
+        &self,
+        rules: &LeftoverRules,
+    ) -> Result<LeftoverKill, SandboxError> {
+        self.seen(self.inner.kill_leftover_processes(rules).await)
     }
     async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
         self.seen(self.inner.changed_paths(roots).await)

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use super::events;
 use super::local_http::serve_until_dropped;
 use super::server::{Policy, Reply};
 use crate::atropos::json::to_python_string;
@@ -319,7 +320,11 @@ async fn models(State(upstream): State<Arc<Upstream>>) -> Response {
     }
 }
 
+/// Forwards a chat request and records the answer. A streaming request is forwarded without
+/// `stream`, so that the cassette holds the plain completion, and answered as a stream.
 async fn forward(State(upstream): State<Arc<Upstream>>, Json(body): Json<Value>) -> Response {
+    let stream = events::wants_stream(&body);
+    let body = events::without_stream(body);
     let mut request = upstream.http.post(&upstream.url).json(&body);
     if let Some(key) = &upstream.api_key {
         request = request.bearer_auth(key);
@@ -345,6 +350,9 @@ async fn forward(State(upstream): State<Arc<Upstream>>, Json(body): Json<Value>)
             status,
             response: response.clone(),
         });
+    if stream && status == 200 && response.get("choices").is_some() {
+        return events::streamed(&response, std::time::Duration::ZERO);
+    }
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     (code, Json(response)).into_response()
 }

@@ -5,6 +5,7 @@
 //! and the red team (`hack`: the exploit library played against every verifier).
 
 mod cassette;
+mod events;
 mod exploits;
 mod hack;
 mod kit;

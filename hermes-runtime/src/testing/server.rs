@@ -5,13 +5,15 @@
 //! the built-in tiny one unless given — so Phase 2 runs without a model: the prompt is decoded,
 //! split back into ChatML messages for the policy, and the reply is rendered as raw Hermes text
 //! (`<tool_call>{…}</tool_call>`), encoded, ended with the end-of-turn token and cut at
-//! `max_tokens` (`finish_reason: length`).
+//! `max_tokens` (`finish_reason: length`). A chat request with `stream: true` is answered with
+//! server-sent events, as vLLM and SGLang stream ([`super::events`]).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::events;
 use super::local_http::serve_until_dropped;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -244,24 +246,13 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
     let n = shared.counter.fetch_add(1, Ordering::Relaxed);
     let reply = shared.policy.respond(&body);
     let model = body.get("model").cloned().unwrap_or(Value::Null);
-    shared.wait_out_delay().await;
+    let stream = events::wants_stream(&body);
     if shared.record {
         shared.requests.lock().expect("lock poisoned").push(body);
     }
-    match reply {
-        Reply::Status(code, text) => {
-            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            (
-                status,
-                Json(json!({"error": {"message": text, "type": "scripted_error"}})),
-            )
-                .into_response()
-        }
-        Reply::Raw(text) => (StatusCode::OK, text).into_response(),
-        Reply::ErrorBody(code, body) => error_body(code, body),
+    let completion = match reply {
         Reply::NoChoices => {
-            Json(json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "choices": []}))
-                .into_response()
+            json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "choices": []})
         }
         Reply::Message {
             content,
@@ -288,14 +279,39 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
             if let Some(r) = reasoning {
                 message["reasoning_content"] = Value::String(r);
             }
-            Json(json!({
+            json!({
                 "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0, "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-            }))
-            .into_response()
+            })
         }
+        // Errors and broken answers come whole, before any streaming (as real servers send
+        // a refused request's error).
+        other => {
+            shared.wait_out_delay().await;
+            return match other {
+                Reply::Status(code, text) => {
+                    let status =
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    (
+                        status,
+                        Json(json!({"error": {"message": text, "type": "scripted_error"}})),
+                    )
+                        .into_response()
+                }
+                Reply::Raw(text) => (StatusCode::OK, text).into_response(),
+                Reply::ErrorBody(code, body) => error_body(code, body),
+                Reply::NoChoices | Reply::Message { .. } => unreachable!("answered above"),
+            };
+        }
+    };
+    if stream {
+        // The head at once, the events after the delay: a slow server, not a stalled one.
+        let delay = *shared.delay.lock().expect("lock poisoned");
+        return events::streamed(&completion, delay);
     }
+    shared.wait_out_delay().await;
+    Json(completion).into_response()
 }
 
 /// Splits a ChatML prompt back into messages; the trailing generation prompt is dropped.

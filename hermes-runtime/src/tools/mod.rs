@@ -30,7 +30,7 @@ pub(crate) use distributions::{DistributionSampler, GroupTools};
 pub(crate) use files::{ReadFileTool, WriteFileTool};
 pub(crate) use patch::PatchTool;
 pub use process::cleanup as cleanup_processes;
-pub(crate) use process::{tracked_pids, ProcessTool};
+pub(crate) use process::ProcessTool;
 pub(crate) use search::SearchFilesTool;
 pub(crate) use terminal::TerminalTool;
 pub(crate) use todo::{MemoryTool, SessionSearchTool, TodoStore, TodoTool};

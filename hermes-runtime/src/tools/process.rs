@@ -1,7 +1,10 @@
 //! Background commands (`terminal` with `background: true`) and the `process` tool that
 //! manages them: list, poll, log, wait, kill, write/submit. State lives in files inside the
 //! sandbox (command, pid, cwd, start time, log, exit code, a stdin FIFO), so every backend
-//! behaves the same and reward code sees the same processes as the agent.
+//! behaves the same and reward code sees the same processes as the agent. Those files are the
+//! model's to write, so they decide nothing about survival: each process started is also
+//! recorded in this process ([`OwnProcess`]: its pid and kernel start time, as the start
+//! command read them), and only that record makes it the tool's own before verification.
 
 use std::time::Duration;
 
@@ -10,7 +13,9 @@ use serde_json::{json, Map, Value};
 
 use super::{state_dir, Tool, ToolCallContext};
 use crate::llm::ToolSchema;
-use crate::sandbox::{ExecRequest, Sandbox, SandboxError};
+use crate::sandbox::{
+    shell_functions, ExecRequest, LeftoverRules, OwnProcess, Sandbox, SandboxError,
+};
 
 /// Rolling output buffer per process, in bytes read from the end of its log.
 const LOG_BUFFER: usize = 200_000;
@@ -197,8 +202,9 @@ if mkfifo "$d/$id.in" 2>/dev/null; then
 else
   ( bash "$d/$id.sh"; echo $? > "$d/$id.exit" ) < /dev/null > "$d/$id.log" 2>&1 &
 fi
-echo $! > "$d/$id.pid"
-echo "PID $!""#
+p=$!; echo $p > "$d/$id.pid"
+st=; read -r st < "/proc/$p/stat" 2>/dev/null; st=${{st##*) }}; IFS=' '; set -- $st
+echo "PID $p ${{20:--}}""#
     );
     let request = ExecRequest {
         command: launcher,
@@ -214,14 +220,20 @@ echo "PID $!""#
                     "Too many background processes ({MAX_PROCESSES} running); kill some with the process tool first"
                 ));
             }
-            let pid = out
-                .output
-                .lines()
-                .find_map(|l| l.strip_prefix("PID "))
-                .and_then(|p| p.trim().parse::<i64>().ok());
+            let started = out.output.lines().find_map(|l| l.strip_prefix("PID "));
+            let mut fields = started.unwrap_or_default().split_whitespace();
+            let pid = fields.next().and_then(|p| p.parse::<u32>().ok());
             match pid {
-                Some(pid) => json!({"output": "Background process started", "session_id": id,
-                    "pid": pid, "exit_code": 0, "error": null}),
+                Some(pid) => {
+                    match fields.next().and_then(|s| s.parse::<u64>().ok()) {
+                        Some(started) => cx.sandbox.record_own_process(OwnProcess { pid, started }),
+                        None => tracing::warn!(
+                            "the start time of background process {pid} could not be read in the sandbox; if it outlives the agent phase it fires the process wire"
+                        ),
+                    }
+                    json!({"output": "Background process started", "session_id": id,
+                        "pid": pid, "exit_code": 0, "error": null})
+                }
                 None => failed(format!(
                     "Failed to start background process: {}",
                     out.output.trim()
@@ -232,33 +244,24 @@ echo "PID $!""#
     }
 }
 
-/// The pids of the task's running background processes (the trees the `process` tool
-/// manages, which the tripwires leave to [`cleanup`]).
-pub async fn tracked_pids(sandbox: &dyn Sandbox) -> Result<Vec<u32>, SandboxError> {
+/// Kills the task's background processes that `own` records (each while its pid still names
+/// it, by start time, and everything below it) and removes the tool's state directory; called
+/// before verification and before a rollout's sandbox is torn down. Files in the sandbox
+/// choose nothing here: a pid the model wrote there could name any process.
+pub async fn cleanup(sandbox: &dyn Sandbox, own: &[OwnProcess]) -> Result<(), SandboxError> {
+    let rules = LeftoverRules {
+        own: own.to_vec(),
+        survivors: Vec::new(),
+    };
     let body = format!(
-        r#"for f in '{}'/bg/*.pid; do [ -e "$f" ] && [ ! -f "${{f%.pid}}.exit" ] && cat "$f" && echo; done; exit 0"#,
-        state_dir(sandbox)
-    );
-    let out = script(sandbox, &body, SCRIPT_TIMEOUT).await?;
-    Ok(out
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect())
-}
-
-/// Kills every running background process of the task and removes its process records;
-/// called before verification and before a rollout's sandbox is torn down.
-pub async fn cleanup(sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
-    let body = format!(
-        r#"d='{}'
-[ -d "$d" ] || exit 0
-{TREE}
-for f in "$d"/bg/*.pid; do
-  [ -e "$f" ] || continue; [ -f "${{f%.pid}}.exit" ] && continue
-  p=$(cat "$f"); kids=$(tree "$p"); kill -KILL "$p" $kids 2>/dev/null
-done
-rm -rf "$d""#,
-        state_dir(sandbox)
+        r#"{functions}held=
+if [ -n "${{own// /}}" ]; then
+  for d in /proc/[0-9]*; do p=${{d#/proc/}}; [ "$p" = "$$" ] && continue; owned "$p" && kill -STOP "$p" 2>/dev/null && held="$held $p"; done
+  [ -n "$held" ] && kill -KILL $held 2>/dev/null
+fi
+rm -rf '{dir}'"#,
+        functions = shell_functions(&rules),
+        dir = state_dir(sandbox)
     );
     script(sandbox, &body, SCRIPT_TIMEOUT).await.map(|_| ())
 }

@@ -12,6 +12,7 @@
 
 mod metrics;
 mod outbox;
+mod pause;
 pub mod policy;
 mod session;
 mod workers;
@@ -21,7 +22,7 @@ pub(crate) use policy::{boundary_crossed, should_pause, should_stop, worker_cap,
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use tracing::{debug, info, warn};
@@ -39,6 +40,7 @@ use crate::llm::RetryPolicy;
 use crate::shutdown::{grace, Shutdown};
 use metrics::StepLog;
 use outbox::Outbox;
+use pause::Pause;
 use session::Session;
 use workers::{Done, Joined, Workers};
 
@@ -150,8 +152,8 @@ struct Loop<E: Environment> {
     log: StepLog<E::Item>,
     /// Groups sent since the last metrics log (`min_items_sent_before_logging`).
     items_sent_this_step: i64,
-    /// True while the trainer's off-policy queue is full.
-    paused: bool,
+    /// The pause while the trainer's off-policy queue is full.
+    paused: Option<Pause>,
     /// `--env.data_path_to_save_groups`: every sent group, also as JSONL.
     sink: Option<JsonlWriter>,
     /// What the run did.
@@ -238,7 +240,7 @@ pub async fn run_serve<E: Environment>(
         eval: None,
         log: StepLog::new(wandb),
         items_sent_this_step: 0,
-        paused: false,
+        paused: None,
         sink,
         summary,
     };
@@ -418,19 +420,33 @@ impl<E: Environment> Loop<E> {
             config.max_batches_offpolicy,
             config.min_batch_allocation,
         ) {
-            if !self.paused {
-                info!(
-                    "off-policy queue full ({} groups queued, {} batches of {}): pausing",
-                    status.queue_size, config.max_batches_offpolicy, batch_size
-                );
-                self.paused = true;
-                self.summary.pauses += 1;
+            match &mut self.paused {
+                None => {
+                    info!(
+                        "off-policy queue full ({} groups queued, {} batches of {}): pausing",
+                        status.queue_size, config.max_batches_offpolicy, batch_size
+                    );
+                    self.paused = Some(Pause::start(Instant::now()));
+                    self.summary.pauses += 1;
+                }
+                Some(pause) => {
+                    if let Some(waited) = pause.remind(Instant::now()) {
+                        info!(
+                            "still paused after {} s: waiting for the trainer (at step {}) to pull a batch; \
+                             {} of our groups queued, the limit is {} batches of {}",
+                            waited.as_secs(),
+                            status.current_step,
+                            status.queue_size,
+                            config.max_batches_offpolicy,
+                            batch_size
+                        );
+                    }
+                }
             }
             self.workers.cancel_all_to_backlog();
         } else {
-            if self.paused {
+            if self.paused.take().is_some() {
                 info!("queue drained to {} groups: resuming", status.queue_size);
-                self.paused = false;
             }
             let cap = worker_cap(&self.cap_inputs()).max(0) as usize;
             self.workers.fill_to(cap).await;

@@ -40,8 +40,11 @@ use crate::sandbox::exec::shell::{
 use crate::sandbox::files::archive::{copy_file, copy_tree};
 use crate::sandbox::files::bounded::{read_regular, READ_LIMIT};
 use crate::sandbox::files::links::check_no_link_ancestors;
-use crate::sandbox::integrity::leftovers::{kill_local_leftovers, Birth, FrameworkShell};
+use crate::sandbox::integrity::leftovers::{
+    kill_local_leftovers, Birth, FrameworkShell, KeptSurvivor,
+};
 use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
+use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
 /// that closed the stream, or a daemon that keeps writing).
@@ -365,6 +368,9 @@ pub struct LocalSandbox {
     start_dir: PathBuf,
     /// When the sandbox was made: no older process can be its.
     birth: Birth,
+    /// The declared survivors the leftover scan left running: process resets pass over their
+    /// groups until teardown, which kills them.
+    survivors: Mutex<Vec<KeptSurvivor>>,
     /// The persistent shell, started by the second command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<LocalLink>>>,
     /// Set when a fresh shell could not start: commands then run one-shot.
@@ -428,6 +434,7 @@ impl LocalSandbox {
             bash,
             start_dir,
             birth: Birth::now(),
+            survivors: Mutex::new(Vec::new()),
         }
     }
 
@@ -750,7 +757,12 @@ impl LocalSandbox {
         Ok(PersistentShell::new(link))
     }
 
+    /// Kills every process group of the sandbox's commands, and the survivors left running.
     fn kill_all(&self) {
+        let survivors = std::mem::take(&mut *self.survivors.lock().expect("lock poisoned"));
+        for survivor in &survivors {
+            survivor.kill();
+        }
         self.process_groups.kill_all();
     }
 }
@@ -915,7 +927,13 @@ impl Sandbox for LocalSandbox {
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
         let mut shell = self.shell.lock().await;
-        self.kill_all();
+        // The survivors' groups hold nothing else since the leftover scan: they are left, and
+        // teardown (`kill_all`) ends them.
+        let spared: Vec<i32> = (self.survivors.lock().expect("lock poisoned"))
+            .iter()
+            .map(|s| s.pgrp)
+            .collect();
+        self.process_groups.kill_all_except(&spared);
         if let Some(shell) = shell.take() {
             shell.close().await;
         }
@@ -980,16 +998,22 @@ impl Sandbox for LocalSandbox {
         blocking(move || copy_tree(&src, &dest)).await
     }
 
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+    async fn kill_leftover_processes(
+        &self,
+        rules: &LeftoverRules,
+    ) -> Result<LeftoverKill, SandboxError> {
         if !self.spawned.load(SeqCst) {
             // No process of this sandbox was ever started (file tools only): none can be left.
-            return Ok(Vec::new());
+            return Ok(LeftoverKill::default());
         }
         // The persistent shell is the framework's own process, not a leftover of the agent's:
         // it is registered as a `FrameworkShell`, which every scan passes over.
         let groups = self.process_groups.current();
-        let (home, keep, birth) = (self.dir.clone(), keep.to_vec(), self.birth);
-        blocking(move || Ok(kill_local_leftovers(&home, &groups, &keep, &birth))).await
+        let (home, rules, birth) = (self.dir.clone(), rules.clone(), self.birth);
+        let (kill, kept) =
+            blocking(move || Ok(kill_local_leftovers(&home, &groups, &rules, &birth))).await?;
+        self.survivors.lock().expect("lock poisoned").extend(kept);
+        Ok(kill)
     }
 
     async fn scan_changes(
@@ -1009,6 +1033,8 @@ impl Sandbox for LocalSandbox {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.reset_processes().await?;
+        // What the reset passed over: the survivors and their groups.
+        self.kill_all();
         let (state_files, dir) = (self.state_files.clone(), self.dir.clone());
         blocking(move || {
             for file in &state_files {

@@ -78,6 +78,20 @@ impl ProcessGroups {
         }
     }
 
+    /// SIGKILLs every group still ours but those in `spared` (groups of the processes a task
+    /// lets outlive the agent phase), which stay recorded for a later [`Self::kill_all`].
+    pub fn kill_all_except(&self, spared: &[i32]) {
+        let mut groups = self.lock();
+        groups.retain(Group::is_ours);
+        groups.retain(|group| {
+            let keep = spared.contains(&group.pgid);
+            if !keep {
+                kill_group(group.pgid);
+            }
+            keep
+        });
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Group>> {
         self.groups.lock().expect("lock poisoned")
     }

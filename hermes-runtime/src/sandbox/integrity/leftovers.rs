@@ -1,7 +1,8 @@
 //! The local backend's leftover processes: what its sandbox's commands left running when the
 //! agent phase ends, found on the host's process table (the sandbox's process groups, or
-//! its `HOME` in the environment) and killed, the framework's own shells passed over. The
-//! container backends run `LEFTOVER_SCRIPT` of the tripwires inside instead.
+//! its `HOME` in the environment) and killed, the framework's own shells passed over, the
+//! declared survivors left running. The container backends run `inside::LEFTOVER_SCRIPT`
+//! instead.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -9,11 +10,19 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::coalesced::Coalesced;
-use crate::sandbox::exec::proc_table::{boot_ticks, process_table, read_proc, ProcessRow};
+use crate::sandbox::exec::proc_table::{
+    boot_ticks, process_row, process_table, read_proc, ProcessRow,
+};
+use crate::sandbox::survival::{LeftoverKill, LeftoverRules, OwnProcess, Survivor};
 
 /// The local backend's leftovers: processes (other than this one) in one of the sandbox's
-/// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too), outside
-/// the trees rooted at `keep`. Each is killed; returns `(pid, command)` per killed process.
+/// process groups or carrying its `HOME` (so `setsid`/`nohup` escapes are found too). Each is
+/// stopped (a stopped process cannot fork, so every one's ancestry holds until all are found),
+/// in rounds until a round finds nothing new, then killed; a last sweep kills what still
+/// escaped. The `process` tool's own processes (`rules.own`: pid and start time both equal) and
+/// those below them are counted, every other killed process is reported as `pid command`, and
+/// the declared survivors (`rules.survivors`, by the kernel's view of their executable and
+/// command line) are left running and returned.
 /// Only processes started since `birth` can be the sandbox's: only the pids the host handed
 /// out since are read (one `stat` read each), and of those only the ones started after it
 /// have their environment read. The framework's own shells ([`FrameworkShell`], this
@@ -21,52 +30,78 @@ use crate::sandbox::exec::proc_table::{boot_ticks, process_table, read_proc, Pro
 pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
-    keep: &[u32],
+    rules: &LeftoverRules,
     birth: &Birth,
-) -> Vec<String> {
+) -> (LeftoverKill, Vec<KeptSurvivor>) {
     let marker = format!("HOME={}", home.display());
     let me = std::process::id();
-    let (mut killed, mut killed_pids) = (Vec::new(), Vec::new());
-    for _round in 0..3 {
+    let survivors = Survivors::new(&rules.survivors);
+    let mut kill = LeftoverKill::default();
+    let mut kept = Vec::new();
+    let mut seen: BTreeSet<u32> = BTreeSet::new();
+    let mut held: Vec<u32> = Vec::new();
+    let carries_home = |pid: u32| {
+        environment(pid).is_some_and(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
+    };
+    let ours = |p: &ProcessRow| {
+        // Kernel threads (children of kthreadd, pid 2) have no environment to read.
+        let kernel = p.pid == 2 || p.ppid == 2;
+        p.pid != me
+            && !p.zombie
+            && !kernel
+            && (groups.contains(&p.pgrp) || (p.started >= birth.ticks && carries_home(p.pid)))
+    };
+    for _round in 0..STOP_ROUNDS {
         let table = birth.processes_since();
-        let kept = |pid: u32| {
-            let mut q = pid;
-            for _ in 0..64 {
-                if keep.contains(&q) {
-                    return true;
-                }
-                match table.iter().find(|p| p.pid == q) {
-                    Some(p) if p.ppid > 1 => q = p.ppid,
-                    _ => return false,
-                }
-            }
-            false
-        };
-        let carries_home = |pid: u32| {
-            environment(pid)
-                .is_some_and(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
-        };
         let mut found = false;
         for p in &table {
-            // Kernel threads (children of kthreadd, pid 2) have no environment to read.
-            let kernel = p.pid == 2 || p.ppid == 2;
-            if p.pid == me || p.zombie || kernel {
+            if seen.contains(&p.pid) || !ours(p) {
                 continue;
             }
-            if killed_pids.contains(&p.pid) {
-                // Killed in an earlier round and not reaped yet.
+            if survivors.admit(p.pid) {
+                seen.insert(p.pid);
+                kill.survivors
+                    .push(format!("{} {}", p.pid, command_line(p.pid)));
+                kept.push(KeptSurvivor {
+                    pid: p.pid,
+                    started: p.started,
+                    pgrp: p.pgrp,
+                });
                 continue;
             }
-            let ours =
-                groups.contains(&p.pgrp) || (p.started >= birth.ticks && carries_home(p.pid));
-            if !ours || kept(p.pid) {
+            // SAFETY: kill(2) on a pid; no memory is touched.
+            if unsafe { libc::kill(p.pid as i32, libc::SIGSTOP) } != 0 {
+                continue;
+            }
+            seen.insert(p.pid);
+            held.push(p.pid);
+            found = true;
+            if owned(p, &table, &rules.own) {
+                kill.own += 1;
+            } else {
+                kill.leftovers
+                    .push(format!("{} {}", p.pid, command_line(p.pid)));
+            }
+        }
+        if !found {
+            break;
+        }
+    }
+    for &pid in &held {
+        // SAFETY: kill(2) on a pid this scan stopped (it cannot have exited since).
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    for _round in 0..3 {
+        let mut found = false;
+        for p in &birth.processes_since() {
+            if seen.contains(&p.pid) || !ours(p) {
                 continue;
             }
             let command = command_line(p.pid);
             // SAFETY: kill(2) on a pid; no memory is touched.
             if unsafe { libc::kill(p.pid as i32, libc::SIGKILL) } == 0 {
-                killed.push(format!("{} {command}", p.pid));
-                killed_pids.push(p.pid);
+                kill.leftovers.push(format!("{} {command}", p.pid));
+                seen.insert(p.pid);
                 found = true;
             }
         }
@@ -74,7 +109,89 @@ pub(crate) fn kill_local_leftovers(
             break;
         }
     }
-    killed
+    (kill, kept)
+}
+
+/// Most rounds of stopping: each finds what the processes of the last forked before they
+/// were stopped, so only a fork storm needs more, and the last sweep kills what is left.
+const STOP_ROUNDS: usize = 16;
+
+/// True when `p` is one of `own` (pid and start time both equal) or below one, by the
+/// parents in `table`.
+fn owned(p: &ProcessRow, table: &[ProcessRow], own: &[OwnProcess]) -> bool {
+    let mut row = *p;
+    for _ in 0..64 {
+        if own.contains(&OwnProcess {
+            pid: row.pid,
+            started: row.started,
+        }) {
+            return true;
+        }
+        match table.iter().find(|r| r.pid == row.ppid) {
+            Some(parent) if parent.pid > 1 => row = *parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A declared survivor a leftover scan left running: what the sandbox's later process resets
+/// pass over, and its teardown kills (while the pid still names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeptSurvivor {
+    pub pid: u32,
+    /// Its start time (boot-clock ticks).
+    pub started: u64,
+    pub pgrp: i32,
+}
+
+impl KeptSurvivor {
+    /// SIGKILLs it when its pid still names it.
+    pub fn kill(&self) {
+        if process_row(self.pid).is_some_and(|row| row.started == self.started) {
+            // SAFETY: kill(2) on a pid just checked to be this process.
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The declared survivors with their executables identified (device and inode, links
+/// followed), so a process is admitted by the file the kernel says it runs.
+struct Survivors<'a> {
+    files: Vec<(Option<(u64, u64)>, &'a Survivor)>,
+}
+
+impl<'a> Survivors<'a> {
+    fn new(survivors: &'a [Survivor]) -> Self {
+        Survivors {
+            files: survivors
+                .iter()
+                .map(|s| (file_id(Path::new(&s.exe)), s))
+                .collect(),
+        }
+    }
+
+    /// True when `pid` executes one of the survivors' files with a matching command line.
+    fn admit(&self, pid: u32) -> bool {
+        if self.files.is_empty() {
+            return false;
+        }
+        let Some(exe) = file_id(Path::new(&format!("/proc/{pid}/exe"))) else {
+            return false;
+        };
+        let cmdline = read_proc(&format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args = cmdline.strip_suffix(b"\0").unwrap_or(&cmdline);
+        let joined = String::from_utf8_lossy(args).replace('\0', " ");
+        self.files
+            .iter()
+            .any(|(file, s)| *file == Some(exe) && s.command_matches(&joined))
+    }
+}
+
+/// A file's device and inode, links followed (`/proc/PID/exe` included).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// The pids of the persistent shells of this process's local sandboxes. A leftover scan
@@ -299,7 +416,6 @@ fn command_line(pid: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::exec::proc_table::process_row;
 
     #[test]
     fn a_process_without_a_command_line_is_named_by_its_comm() {
@@ -401,7 +517,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(process_row(pid).is_some(), "its /proc row is read");
-        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -432,10 +550,14 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let registered = FrameworkShell::register(pid);
-        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         assert!(killed.is_empty(), "{killed:?}");
         drop(registered);
-        let killed = kill_local_leftovers(home.path(), &[], &[], &birth);
+        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
+            .0
+            .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -480,7 +602,9 @@ mod tests {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();
-                        kill_local_leftovers(home.path(), &[], &[], birth)
+                        kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), birth)
+                            .0
+                            .leftovers
                     })
                 })
                 .collect();

@@ -1,7 +1,7 @@
 //! Tripwires: what runs between the agent phase and the verifier of every rollout, so that a
 //! reward is evidence of the task being solved rather than of the check being gamed. Every
-//! process the agent left running is killed (a background writer cannot race the verifier),
-//! and the places a verifier trusts without looking — system binaries and Python's import
+//! process the agent left running but the services the item declares is killed (a background
+//! writer cannot race the verifier), and the places a verifier trusts without looking — system binaries and Python's import
 //! path, paths the author protects, hook files planted in the agent's home — are checked for
 //! changes made since the agent started. Each fired wire is one line; any wire makes the
 //! rollout `tampered` (see `modes::rollout`).
@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, SandboxSpec};
 use crate::sandbox::change_scan::{ChangeScan, FOUND_MAX};
 use crate::sandbox::error::SandboxError;
+use crate::sandbox::survival::{LeftoverRules, OwnProcess};
 
 /// Deadline of each tripwire command or scan.
 pub(crate) const WIRE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -110,48 +111,11 @@ pub const SHADOWED_MODULES: &[&str] = &[
     "encodings",
 ];
 
-/// The in-sandbox leftover killer (container backends), run by the exec's own shell after
-/// `keep=" PIDS "` (the trees kept).
-/// Everything else except init (pid 1), the container's entrypoint (the first child of init)
-/// and this script with its own children is killed with SIGKILL, in up to three passes so
-/// respawning parents do not escape; each killed process is printed as `pid name`. Only
-/// shell builtins are used: the agent may have replaced any program on `PATH`.
-pub const LEFTOVER_SCRIPT: &str = r#"me=$$; entry=
-field() { hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }
-for d in /proc/[0-9]*; do p=${d#/proc/}; field "$p" PPid; [ "$hv" = 1 ] && { [ -z "$entry" ] || [ "$p" -lt "$entry" ]; } && entry=$p; done
-spared() { q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do [ "$q" = "$me" ] && return 0; case "$keep" in *" $q "*) return 0;; esac; field "$q" PPid; q=$hv; done; return 1; }
-for round in 1 2 3; do
-  found=
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case " 1 $entry $me " in *" $p "*) continue;; esac
-    [ -r "$d/status" ] || continue
-    field "$p" State
-    [ "$hv" = Z ] && continue
-    spared "$p" && continue
-    cmd=; read -r cmd 2>/dev/null < "$d/comm"
-    kill -KILL "$p" 2>/dev/null && { echo "$p $cmd"; found=1; }
-  done
-  [ -z "$found" ] && break
-done
-exit 0"#;
-
-/// Runs [`LEFTOVER_SCRIPT`] in `sandbox`.
-pub async fn kill_leftovers_inside<S: Sandbox + ?Sized>(
-    sandbox: &S,
-    keep: &[u32],
-) -> Result<Vec<String>, SandboxError> {
-    let keep: Vec<String> = keep.iter().map(u32::to_string).collect();
-    let command = format!("keep=' {} '\n{LEFTOVER_SCRIPT}", keep.join(" "));
-    let out = wire_exec(sandbox, command).await?;
-    Ok(lines(&out.output))
-}
-
 /// Runs one wire's command. One that does not finish in time found nothing it can vouch for
 /// (its output may be someone else's: a command the agent queued in its own shell, through the
 /// shell's stdin, runs first and can hold the shell past the deadline), so it is an error, never
 /// a clean result.
-async fn wire_exec<S: Sandbox + ?Sized>(
+pub(super) async fn wire_exec<S: Sandbox + ?Sized>(
     sandbox: &S,
     command: String,
 ) -> Result<ExecOutput, SandboxError> {
@@ -189,17 +153,31 @@ impl Armed {
     }
 }
 
-/// Runs every wire before verification: kills the agent's leftover processes (the `process`
-/// tool's own are stopped by the caller), then checks what changed. Returns one line per
-/// fired wire (empty: verification may proceed).
+/// Runs every wire before verification: kills every process the agent left (the `process`
+/// tool's own, `own` as this process recorded them, without a wire; the item's declared
+/// survivors are left running), then checks what changed. Returns one line per fired wire
+/// (empty: verification may proceed).
 pub async fn inspect(
     sandbox: &dyn Sandbox,
     spec: &SandboxSpec,
     armed: &Armed,
-    keep: &[u32],
+    own: &[OwnProcess],
 ) -> Result<Vec<String>, SandboxError> {
     let mut wires = Vec::new();
-    let leftovers = sandbox.kill_leftover_processes(keep).await?;
+    let rules = LeftoverRules {
+        own: own.to_vec(),
+        survivors: spec.survivors.clone(),
+    };
+    let killed = sandbox.kill_leftover_processes(&rules).await?;
+    if killed.own > 0 || !killed.survivors.is_empty() {
+        tracing::debug!(
+            "tripwire: stopped {} process(es) of the process tool; {} declared survivor(s) left running: {}",
+            killed.own,
+            killed.survivors.len(),
+            shown(&killed.survivors)
+        );
+    }
+    let leftovers = killed.leftovers;
     if !leftovers.is_empty() {
         wires.push(format!(
             "{} process(es) outlived the agent phase (killed before verification): {}",

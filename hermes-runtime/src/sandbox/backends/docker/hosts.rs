@@ -24,6 +24,7 @@ use crate::sandbox::api::{
 };
 use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
+use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// How often each host is asked whether it is alive.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -375,8 +376,12 @@ impl Sandbox for PlacedSandbox {
     async fn reset_processes(&self) -> Result<(), SandboxError> {
         self.guarded(self.inner.reset_processes()).await
     }
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
-        self.guarded(self.inner.kill_leftover_processes(keep)).await
+    async fn kill_leftover_processes(
+        &self,
+        rules: &LeftoverRules,
+    ) -> Result<LeftoverKill, SandboxError> {
+        self.guarded(self.inner.kill_leftover_processes(rules))
+            .await
     }
     async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
         self.guarded(self.inner.changed_paths(roots)).await

@@ -40,7 +40,9 @@ use crate::sandbox::files::archive::{
 };
 use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
-use crate::sandbox::integrity::tripwire::{kill_leftovers_inside, WIRE_TIMEOUT};
+use crate::sandbox::integrity::inside::kill_leftovers_inside;
+use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
+use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
 /// stream), output is still read until the stream is quiet this long …
@@ -80,6 +82,9 @@ pub struct DockerSandbox {
     shell_unavailable: AtomicBool,
     /// Process groups of the commands the shell ran (killed by `reset_processes`).
     process_groups: Mutex<Vec<i32>>,
+    /// Process groups of the declared survivors the leftover kill left running (everything
+    /// else in them was killed with it): `reset_processes` passes over them.
+    survivor_groups: Mutex<Vec<i32>>,
 }
 
 /// The attached exec session of a container's persistent shell.
@@ -184,6 +189,7 @@ impl DockerSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             process_groups: Mutex::new(Vec::new()),
+            survivor_groups: Mutex::new(Vec::new()),
             container,
             shared,
         }
@@ -832,7 +838,9 @@ impl Sandbox for DockerSandbox {
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
         let mut shell = self.shell.lock().await;
-        let groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        let mut groups = std::mem::take(&mut *self.process_groups.lock().expect("lock poisoned"));
+        let survivors = self.survivor_groups.lock().expect("lock poisoned").clone();
+        groups.retain(|g| !survivors.contains(g));
         if !groups.is_empty() {
             // Process groups the shell reported; killing them ends the shell's `wait`, and the
             // shell exits at the end of its stdin, closed below. Through the shell itself when
@@ -964,9 +972,14 @@ impl Sandbox for DockerSandbox {
         }
     }
 
-    async fn kill_leftover_processes(&self, keep: &[u32]) -> Result<Vec<String>, SandboxError> {
+    async fn kill_leftover_processes(
+        &self,
+        rules: &LeftoverRules,
+    ) -> Result<LeftoverKill, SandboxError> {
         // Inside a container everything but init and the entrypoint is the agent's.
-        kill_leftovers_inside(self, keep).await
+        let (kill, groups) = kill_leftovers_inside(self, rules).await?;
+        *self.survivor_groups.lock().expect("lock poisoned") = groups;
+        Ok(kill)
     }
 
     async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
