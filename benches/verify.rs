@@ -22,7 +22,8 @@ use hermes_runtime::sandbox::tripwire::{
     inspect, watched_roots, Armed, HOOK_NAMES, SHADOWED_MODULES,
 };
 use hermes_runtime::sandbox::{
-    ChangeScan, DockerProvider, DockerSettings, ExecRequest, Sandbox, SandboxProvider, SandboxSpec,
+    ChangeScan, DockerProvider, DockerSettings, ExecRequest, LeftoverRules, Sandbox,
+    SandboxProvider, SandboxSpec,
 };
 
 const IMAGE: &str = "hermes-env/python:latest";
@@ -126,7 +127,9 @@ async fn rollout(p: &DockerProvider, i: usize, into: &mut Phases) {
     // The parts, again, outside the rollout's own timing (the shell as the check left it).
     let parts = Instant::now();
     let start = Instant::now();
-    s.kill_leftover_processes(&[]).await.unwrap();
+    s.kill_leftover_processes(&LeftoverRules::default())
+        .await
+        .unwrap();
     into.leftovers.push(ms(start));
     let start = Instant::now();
     s.changed_paths(&watched_roots(&spec)).await.unwrap();
