@@ -188,9 +188,13 @@ pub trait Sandbox: Send + Sync {
         Ok(LeftoverKill::default())
     }
     /// Paths the sandbox's filesystem changed at, as seen by the engine rather than from
-    /// inside (`docker diff`: an agent cannot hide a change from it); `None` when the backend
-    /// cannot tell.
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+    /// inside (an agent cannot hide a change from it), at least those at or under `roots` and
+    /// the roots' ancestors the sandbox replaced or deleted; `None` when the backend cannot
+    /// tell. Docker reads the container's upper directory in the daemon's storage when this
+    /// process can, else asks the daemon for its diff (`docker diff`), which reports every
+    /// path.
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        let _ = roots;
         Ok(None)
     }
     /// Runs a check's tripwire file scans without a process in the sandbox, where the backend

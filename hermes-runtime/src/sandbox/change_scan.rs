@@ -68,14 +68,25 @@ impl ChangeScan {
     /// runs it: links are not followed, unreadable directories are passed over. A walk that
     /// takes longer than `deadline` is an error, as a `find` past its deadline is.
     pub fn walk(&self, home: &Path, deadline: Duration) -> Result<Vec<String>, SandboxError> {
+        self.walk_in(Path::new("/"), home, deadline, false)
+    }
+
+    /// The scan over a filesystem seen under `base` (`/`: this process's own). With `overlay`,
+    /// `base` is an overlay's upper directory, which holds only what changed: its whiteouts
+    /// (deletions) and opacity markers are not files of the sandbox and are passed over. The
+    /// caller makes sure no ancestor of a root under `base` is a link (it would be followed
+    /// here, outside the sandbox).
+    pub fn walk_in(
+        &self,
+        base: &Path,
+        home: &Path,
+        deadline: Duration,
+        overlay: bool,
+    ) -> Result<Vec<String>, SandboxError> {
         let until = Instant::now() + deadline;
         let mut found = Vec::new();
-        for root in &self.roots {
-            let shown = match root.strip_prefix('~') {
-                Some(rest) => format!("{}{rest}", home.display()),
-                None => root.clone(),
-            };
-            let on_disk = Path::new("/").join(&shown);
+        for shown in self.resolved_roots(home) {
+            let on_disk = base.join(shown.trim_start_matches('/'));
             let Ok(meta) = std::fs::symlink_metadata(&on_disk) else {
                 continue;
             };
@@ -84,6 +95,7 @@ impl ChangeScan {
                 device: meta.dev(),
                 until,
                 found: &mut found,
+                overlay,
             };
             if self.top_level {
                 walk.entries(&on_disk, &shown, 0)?;
@@ -96,6 +108,17 @@ impl ChangeScan {
         }
         found.truncate(FOUND_MAX);
         Ok(found)
+    }
+
+    /// The roots as absolute paths in the sandbox (`~` is `home`).
+    pub fn resolved_roots(&self, home: &Path) -> Vec<String> {
+        self.roots
+            .iter()
+            .map(|root| match root.strip_prefix('~') {
+                Some(rest) => format!("{}{rest}", home.display()),
+                None => root.clone(),
+            })
+            .collect()
     }
 
     fn wanted(&self, name: &str) -> bool {
@@ -121,6 +144,8 @@ struct Walk<'a> {
     device: u64,
     until: Instant,
     found: &'a mut Vec<String>,
+    /// Over an overlay's upper directory: whiteouts and opacity markers are not files.
+    overlay: bool,
 }
 
 impl Walk<'_> {
@@ -138,7 +163,7 @@ impl Walk<'_> {
         meta: &std::fs::Metadata,
         depth: usize,
     ) -> Result<(), SandboxError> {
-        if name == "__pycache__" && meta.is_dir() {
+        if (name == "__pycache__" && meta.is_dir()) || self.overlay_entry(name, meta) {
             return Ok(());
         }
         self.report(name, shown, meta);
@@ -167,12 +192,22 @@ impl Walk<'_> {
             let name = name.to_string_lossy();
             let child_shown = format!("{shown}/{name}");
             if self.scan.top_level {
-                self.report(&name, &child_shown, &meta);
+                if !self.overlay_entry(&name, &meta) {
+                    self.report(&name, &child_shown, &meta);
+                }
             } else {
                 self.visit(&entry.path(), &child_shown, &name, &meta, depth + 1)?;
             }
         }
         Ok(())
+    }
+
+    /// An overlay's own entry (a whiteout device or file, an opacity marker) when walking an
+    /// upper directory.
+    fn overlay_entry(&self, name: &str, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        self.overlay
+            && (name.starts_with(".wh.") || (meta.file_type().is_char_device() && meta.rdev() == 0))
     }
 
     /// Records `shown` when its name is wanted and its inode changed since the arming.
@@ -280,6 +315,46 @@ mod tests {
             ..hooks
         };
         assert_eq!(both(&later, h), (Vec::new(), Vec::new()));
+    }
+
+    #[test]
+    fn over_an_upper_directory_whiteouts_and_markers_are_not_files() {
+        let upper = tempfile::tempdir().unwrap();
+        let home = upper.path().join("root");
+        std::fs::create_dir_all(home.join("pkg")).unwrap();
+        for f in [".wh.conftest.py", "pkg/.wh..wh..opq", "pkg/conftest.py"] {
+            std::fs::write(home.join(f), "").unwrap();
+        }
+        let scan = ChangeScan {
+            roots: vec!["~".into()],
+            names: ["conftest.py", ".wh.conftest.py", ".wh..wh..opq"]
+                .map(String::from)
+                .into(),
+            top_level: false,
+            since: 0,
+        };
+        let found = scan
+            .walk_in(
+                upper.path(),
+                Path::new("/root"),
+                Duration::from_secs(5),
+                true,
+            )
+            .unwrap();
+        assert_eq!(found, ["/root/pkg/conftest.py"]);
+        let top = ChangeScan {
+            top_level: true,
+            ..scan
+        };
+        let found = top
+            .walk_in(
+                upper.path(),
+                Path::new("/root"),
+                Duration::from_secs(5),
+                true,
+            )
+            .unwrap();
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]

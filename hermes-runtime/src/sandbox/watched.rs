@@ -73,8 +73,8 @@ impl Sandbox for Watched {
     ) -> Result<LeftoverKill, SandboxError> {
         self.seen(self.inner.kill_leftover_processes(rules).await)
     }
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
-        self.seen(self.inner.changed_paths().await)
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        self.seen(self.inner.changed_paths(roots).await)
     }
     async fn scan_changes(
         &self,

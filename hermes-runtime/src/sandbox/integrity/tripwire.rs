@@ -185,7 +185,7 @@ pub async fn inspect(
             shown(&leftovers)
         ));
     }
-    let engine_changes = sandbox.changed_paths().await?;
+    let engine_changes = sandbox.changed_paths(&watched_roots(spec)).await?;
     // Protected paths are scanned only where the engine cannot report changes itself.
     let protected = match &engine_changes {
         Some(_) => &[][..],
@@ -219,14 +219,27 @@ pub async fn inspect(
     Ok(wires)
 }
 
-/// The engine-reported changes under the watched roots (system roots unless the spec allows
-/// system changes, and the spec's protected paths); byte-code caches are not evidence.
-pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
+/// The roots whose changes fire the integrity wire: the system roots unless the spec allows
+/// system changes, and the spec's protected paths.
+pub fn watched_roots(spec: &SandboxSpec) -> Vec<String> {
     let system: &[&str] = if spec.mutable_system {
         &[]
     } else {
         SYSTEM_ROOTS
     };
+    system
+        .iter()
+        .map(|r| (*r).to_owned())
+        .chain(spec.protected_paths.iter().cloned())
+        .collect()
+}
+
+/// The engine-reported changes under the watched roots ([`watched_roots`]); byte-code caches
+/// are not evidence. A changed ancestor of a watched root with no change reported below it
+/// counts too: that is how a directory replaced by a link (or a file, or deleted) shows in a
+/// diff, and what the root's paths resolve to is then the agent's.
+pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
+    let roots = watched_roots(spec);
     // `…/python3` roots also cover versioned directories (`python3.11`).
     let under = |path: &str, root: &str| {
         let root = root.trim_end_matches('/');
@@ -234,13 +247,17 @@ pub fn watched_changes(paths: &[String], spec: &SandboxSpec) -> Vec<String> {
             rest.is_empty() || rest.starts_with('/') || root.ends_with("python3")
         })
     };
+    let holds_root = |path: &str| {
+        path.len() > 1
+            && roots
+                .iter()
+                .any(|r| r.starts_with(path) && r[path.len()..].starts_with('/'))
+    };
     let mut out: Vec<String> = paths
         .iter()
         .filter(|p| !p.contains("/__pycache__") && !p.ends_with(".pyc"))
         .filter(|p| !ENGINE_PATHS.contains(&p.as_str()))
-        .filter(|p| {
-            system.iter().any(|r| under(p, r)) || spec.protected_paths.iter().any(|r| under(p, r))
-        })
+        .filter(|p| roots.iter().any(|r| under(p, r)) || holds_root(p))
         .cloned()
         .collect();
     // A changed file also reports its changed parent directories; keep the deepest paths.
@@ -401,5 +418,40 @@ mod tests {
             ..SandboxSpec::default()
         };
         assert!(watched_changes(&paths, &open).is_empty());
+    }
+
+    #[test]
+    fn a_changed_ancestor_of_a_watched_root_with_nothing_below_it_is_a_watched_change() {
+        // `/usr/local` replaced by a link: the diff names it alone; `/usr` holds other changes.
+        let paths: Vec<String> = [
+            "/usr",
+            "/usr/local",
+            "/usr/sbin",
+            "/usr/sbin/docker-init",
+            "/root",
+            "/root/a",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let spec = SandboxSpec::default();
+        assert_eq!(watched_changes(&paths, &spec), ["/usr/local"]);
+        // A directory holding only unwatched changes, or holding no root, is not one.
+        let paths: Vec<String> = ["/usr", "/usr/local", "/usr/local/share/x", "/opt"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(watched_changes(&paths, &spec).is_empty());
+        // A protected path's ancestors count too; with system changes allowed, only those.
+        let spec = SandboxSpec {
+            mutable_system: true,
+            ..SandboxSpec::default()
+        }
+        .protect("/srv/grader/tests");
+        let paths: Vec<String> = ["/usr/local", "/srv/grader"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(watched_changes(&paths, &spec), ["/srv/grader"]);
     }
 }

@@ -383,8 +383,8 @@ impl Sandbox for PlacedSandbox {
         self.guarded(self.inner.kill_leftover_processes(rules))
             .await
     }
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
-        self.guarded(self.inner.changed_paths()).await
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        self.guarded(self.inner.changed_paths(roots)).await
     }
     async fn scan_changes(
         &self,

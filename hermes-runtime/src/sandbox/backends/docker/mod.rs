@@ -12,6 +12,7 @@ mod pool;
 pub mod reaper;
 mod sandbox;
 mod ssh;
+mod storage;
 pub mod watchdog;
 
 use std::collections::HashMap;
@@ -87,6 +88,23 @@ pub struct DockerSettings {
     /// Sandboxes alive at once per host of a multi-host run (0 = from the daemon's memory
     /// and CPUs).
     pub max_per_host: usize,
+    /// Where the tripwires read a container's changes (not a flag: the default reads the
+    /// daemon's storage where it can, the other exists to compare against).
+    pub change_source: ChangeSource,
+}
+
+/// Where the tripwires read a container's filesystem changes from. Both report the same
+/// changes (tests/docker_changes.rs); they differ in cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChangeSource {
+    /// The container's upper directory in the daemon's storage when this process can read it
+    /// (an overlay driver on this host: milliseconds), else the daemon's diff with one line
+    /// per daemon saying why.
+    #[default]
+    Storage,
+    /// Always the daemon's diff (`GET /containers/{id}/changes`), which walks the whole image
+    /// on `fuse-overlayfs`.
+    Daemon,
 }
 
 impl DockerSettings {
@@ -114,6 +132,7 @@ impl DockerSettings {
             env_name: env_name.to_owned(),
             hosts: c.docker_hosts.clone().unwrap_or_default(),
             max_per_host: c.max_containers_per_host.max(0) as usize,
+            change_source: ChangeSource::default(),
         }
     }
 
@@ -411,12 +430,13 @@ impl SandboxProvider for DockerProvider {
                         .await?
                 }
             };
-            let sandbox: Arc<dyn Sandbox> = Arc::new(DockerSandbox::new(
+            let sandbox = Arc::new(DockerSandbox::new(
                 task_id,
                 container,
                 Arc::clone(&self.shared),
             ));
-            Ok(sandbox)
+            sandbox.prepare();
+            Ok(sandbox as Arc<dyn Sandbox>)
         }
         .instrument(span)
         .await

@@ -25,12 +25,14 @@ use tokio::sync::{mpsc, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
-use super::{Container, Shared};
+use super::storage::{say_falling_back, UpperDir};
+use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
+use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
 use crate::sandbox::exec::output::CappedOutput;
 use crate::sandbox::exec::persistent::{
-    frameable, run_in_shell, shell_argv, PersistentShell, Piece, ShellHost, ShellLink,
+    frameable, run_in_shell, shell_argv, Outcome, PersistentShell, Piece, ShellHost, ShellLink,
 };
 use crate::sandbox::exec::shell::{nonce, wrapper_argv, OutputSync, ReportReader};
 use crate::sandbox::files::archive::{
@@ -39,6 +41,7 @@ use crate::sandbox::files::archive::{
 use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
 use crate::sandbox::integrity::inside::kill_leftovers_inside;
+use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
 use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
@@ -46,6 +49,9 @@ use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 const DRAIN_QUIET: Duration = Duration::from_millis(200);
 /// … or at most this long.
 const DRAIN_MAX: Duration = Duration::from_millis(1000);
+/// How long the agent's shell may take to kill its commands' groups at reset before an exec of
+/// its own does it instead (a builtin `kill`: milliseconds unless the shell is held).
+const KILL_IN_SHELL: Duration = Duration::from_secs(2);
 /// Deadline of internal helper commands (kill, tar, stat).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -67,6 +73,8 @@ pub struct DockerSandbox {
     shared: Arc<Shared>,
     cwd: Mutex<String>,
     home: OnceCell<String>,
+    /// The container's upper directory, when its changes can be read there.
+    upper: OnceCell<Option<UpperDir>>,
     tmpfs: Vec<String>,
     /// The persistent shell, started by the first command (and again after it died).
     shell: tokio::sync::Mutex<Option<PersistentShell<DockerLink>>>,
@@ -177,6 +185,7 @@ impl DockerSandbox {
             cwd: Mutex::new(shared.settings.workdir.clone()),
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
+            upper: OnceCell::new(),
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
             process_groups: Mutex::new(Vec::new()),
@@ -184,6 +193,18 @@ impl DockerSandbox {
             container,
             shared,
         }
+    }
+
+    /// Asks, in the background, where the daemon keeps the container's changes, so the answer
+    /// is ready by the tripwires' check instead of costing it a round trip. A failure here is
+    /// met again, and reported, when the answer is needed.
+    pub(crate) fn prepare(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            if let Some(me) = me.upgrade() {
+                let _ = me.upper_dir().await;
+            }
+        });
     }
 
     /// The container's name (`hermes-<task>-<random>`, or `hermes-pool-…` when pre-started).
@@ -224,6 +245,19 @@ impl DockerSandbox {
             .map(String::as_str)
     }
 
+    /// The container's upper directory in the daemon's storage, when this process can read the
+    /// container's changes there (else the first sandbox of the daemon says why). Asked once,
+    /// from the sandbox's start on (see [`DockerSandbox::prepare`]).
+    async fn upper_dir(&self) -> Result<Option<&UpperDir>, SandboxError> {
+        if self.shared.settings.change_source == ChangeSource::Daemon {
+            return Ok(None);
+        }
+        self.upper
+            .get_or_try_init(|| probe_upper(self.docker(), self.name(), &self.shared))
+            .await
+            .map(Option::as_ref)
+    }
+
     /// Resolves `~`, `~/x` and relative paths (against the working directory) to a normalised
     /// absolute path.
     async fn abs(&self, path: &str) -> Result<String, SandboxError> {
@@ -237,6 +271,36 @@ impl DockerSandbox {
             format!("{}/{path}", self.shared.settings.workdir)
         };
         Ok(normalize(&joined))
+    }
+
+    /// Where the container has mounts of its own: the tmpfs and bind mounts and volumes of the
+    /// settings, and the engine's (`/proc`, `/sys`, `/dev`, the files of `/etc` it writes).
+    fn mount_points(&self) -> Vec<String> {
+        let settings = &self.shared.settings;
+        let binds = settings.mounts.iter().filter_map(|m| {
+            let mut parts = m.split(':');
+            let first = parts.next()?;
+            Some(
+                parts
+                    .next()
+                    .unwrap_or(first)
+                    .trim_end_matches('/')
+                    .to_owned(),
+            )
+        });
+        [
+            "/proc",
+            "/sys",
+            "/dev",
+            "/etc/hosts",
+            "/etc/hostname",
+            "/etc/resolv.conf",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(self.tmpfs.iter().cloned())
+        .chain(binds)
+        .collect()
     }
 
     fn on_tmpfs(&self, abs: &str) -> bool {
@@ -676,6 +740,35 @@ impl ShellHost for DockerSandbox {
     }
 }
 
+/// Where the daemon keeps the container's changes, when this process can read them there.
+async fn probe_upper(
+    docker: &Docker,
+    name: &str,
+    shared: &Shared,
+) -> Result<Option<UpperDir>, SandboxError> {
+    let info = docker
+        .inspect_container(name, None)
+        .await
+        .map_err(|e| container_error(name, e))?;
+    let config = info.config.unwrap_or_default();
+    let user = shared
+        .settings
+        .user
+        .clone()
+        .or(config.user)
+        .unwrap_or_default();
+    let env = config.env.unwrap_or_default();
+    Ok(
+        match UpperDir::from_driver(info.graph_driver.as_ref(), &user, &env) {
+            Ok(upper) => Some(upper),
+            Err(why) => {
+                say_falling_back(&shared.endpoint.host, &why);
+                None
+            }
+        },
+    )
+}
+
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
 async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
@@ -750,17 +843,38 @@ impl Sandbox for DockerSandbox {
         groups.retain(|g| !survivors.contains(g));
         if !groups.is_empty() {
             // Process groups the shell reported; killing them ends the shell's `wait`, and the
-            // shell exits at the end of its stdin, closed below.
-            let mut argv: Vec<String> = [
-                "bash",
-                "-c",
-                "kill -KILL -- \"$@\" 2>/dev/null; true",
-                "hermes",
-            ]
-            .map(String::from)
-            .to_vec();
-            argv.extend(groups.iter().map(|g| format!("-{g}")));
-            self.exec_collect(argv, None).await?;
+            // shell exits at the end of its stdin, closed below. Through the shell itself when
+            // it can take a command (milliseconds, where an exec of its own costs a create and
+            // a start on the daemon); in an exec of its own when it cannot, or did not answer.
+            let mut targets: Vec<String> = groups.iter().map(|g| format!("-{g}")).collect();
+            // Groups the shell started meanwhile (something else queued in its stdin, say)
+            // are killed by the exec too.
+            let mut started = Vec::new();
+            let in_shell = match shell.as_mut() {
+                Some(live) if live.in_sync() => {
+                    let command = format!("kill -KILL -- {} 2>/dev/null; true", targets.join(" "));
+                    let request = ExecRequest::new(command, KILL_IN_SHELL).with_workdir("/");
+                    let deadline = Instant::now() + KILL_IN_SHELL;
+                    let outcome = live
+                        .run("/", &request, deadline, |pgid, _| started.push(pgid))
+                        .await;
+                    matches!(outcome, Outcome::Done { code: 0, .. })
+                }
+                _ => false,
+            };
+            targets.extend(started.iter().map(|g| format!("-{g}")));
+            if !in_shell {
+                let mut argv: Vec<String> = [
+                    "bash",
+                    "-c",
+                    "kill -KILL -- \"$@\" 2>/dev/null; true",
+                    "hermes",
+                ]
+                .map(String::from)
+                .to_vec();
+                argv.extend(targets);
+                self.exec_collect(argv, None).await?;
+            }
         }
         if let Some(shell) = shell.take() {
             shell.close().await;
@@ -868,7 +982,18 @@ impl Sandbox for DockerSandbox {
         Ok(kill)
     }
 
-    async fn changed_paths(&self) -> Result<Option<Vec<String>>, SandboxError> {
+    async fn changed_paths(&self, roots: &[String]) -> Result<Option<Vec<String>>, SandboxError> {
+        if let Some(upper) = self.upper_dir().await? {
+            let (upper, roots) = (upper.clone(), roots.to_vec());
+            let read = tokio::task::spawn_blocking(move || upper.changes(&roots, WIRE_TIMEOUT));
+            return match read.await {
+                Ok(found) => found.map(Some),
+                Err(e) => Err(SandboxError::worker(
+                    "the read of the container's changes",
+                    e,
+                )),
+            };
+        }
         let changes = self
             .docker()
             .container_changes(self.name())
@@ -881,6 +1006,36 @@ impl Sandbox for DockerSandbox {
                 .map(|c| c.path)
                 .collect(),
         ))
+    }
+
+    async fn scan_changes(
+        &self,
+        scans: &[ChangeScan],
+    ) -> Result<Option<Vec<Vec<String>>>, SandboxError> {
+        let Some(upper) = self.upper_dir().await? else {
+            return Ok(None);
+        };
+        let home = upper.home().to_path_buf();
+        // A root on another mount (tmpfs, bind, volume) is not in the upper directory; `find
+        // -xdev` in the container does not enter mounts below a root, nor does this walk.
+        let mounts = self.mount_points();
+        let elsewhere = scans
+            .iter()
+            .flat_map(|s| s.resolved_roots(&home))
+            .any(|root| {
+                mounts
+                    .iter()
+                    .any(|m| root == *m || root.starts_with(&format!("{m}/")))
+            });
+        if elsewhere {
+            return Ok(None);
+        }
+        let (upper, scans) = (upper.clone(), scans.to_vec());
+        let read = tokio::task::spawn_blocking(move || upper.scan(&scans, WIRE_TIMEOUT));
+        match read.await {
+            Ok(found) => found,
+            Err(e) => Err(SandboxError::worker("the tripwire scans", e)),
+        }
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
