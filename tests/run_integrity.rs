@@ -57,7 +57,10 @@ async fn an_unreachable_llm_server_writes_nothing_exits_non_zero_and_names_the_c
     assert!(last.contains(&url), "{last}");
     assert!(!tmp.path().join("data").exists(), "nothing is written");
     // Without it, every rollout is an LLM failure: nothing is written, the cause is named.
-    let out = run(&["--openai.health_check", "false"]).await.unwrap();
+    // (Three attempts per request instead of the default ten keep the backoff short.)
+    let out = run(&["--openai.health_check", "false", "--env.llm_retries", "2"])
+        .await
+        .unwrap();
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     let last = err.lines().last().unwrap_or_default();
