@@ -35,8 +35,8 @@ pub use hermes_runtime::agent::{AgentResult, ToolError};
 pub use hermes_runtime::config::{DefaultServer, EvalHandling, HermesEnvConfig, ServerType};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
 pub use hermes_runtime::env::{
-    EnvDefinition, Environment, EvalSample, Metrics, ReferenceSolution, ReferenceTurn,
-    RewardOutcome, ScoredRollout,
+    EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
+    ReferenceTurn, RewardOutcome, ScoredGroup, ScoredRollout,
 };
 pub use hermes_runtime::llm::{Message, ToolSchema};
 pub use hermes_runtime::sandbox::SandboxSpec;
@@ -83,7 +83,7 @@ pub mod tools {
 pub mod prelude {
     pub use crate::{
         hermes_env, AgentResult, DefaultServer, Environment, EvalSample, Message, Metrics,
-        ReferenceSolution, SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
+        ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     pub use serde::{Deserialize, Serialize};

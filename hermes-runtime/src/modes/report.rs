@@ -31,11 +31,15 @@ pub(crate) fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String
         describe(&s.drops_by_reason),
         s.requested
     );
-    let _ = writeln!(
+    let _ = write!(
         out,
         "  rollouts  {}, mean reward {:.3}, {} tool errors, {} tampered",
         s.rollouts, s.mean_reward, s.tool_errors, s.tampered
     );
+    if s.rollouts_dropped > 0 {
+        let _ = write!(out, ", {} dropped by score_group", s.rollouts_dropped);
+    }
+    out.push('\n');
     let _ = write!(
         out,
         "  failures  {} rollout attempts failed, {} items not trained on",
@@ -80,6 +84,13 @@ pub(crate) fn serve_summary(s: &ServeSummary) -> String {
         describe(&s.drops_by_reason),
         s.groups_rejected
     );
+    if s.rollouts_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  rollouts  {} dropped by score_group",
+            s.rollouts_dropped
+        );
+    }
     let _ = writeln!(
         out,
         "  failures  {} rollout attempts failed, {} items not trained on",
