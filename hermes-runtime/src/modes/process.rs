@@ -263,6 +263,7 @@ fn log_group<E: Environment>(
     let secs = took.as_secs_f64();
     metrics.record_perf(Perf::Task, secs);
     metrics.record_failures(&run.failures);
+    metrics.record_rollouts_dropped(run.rollouts_dropped);
     match &run.result {
         Ok(group) => {
             let dropped = run.drop_reason(group, rt.config(), None);

@@ -158,6 +158,7 @@ mod tests {
             rollouts: 15,
             mean_reward: 0.5,
             tampered: 1,
+            rollouts_dropped: 0,
             tool_errors: 2,
             rollout_failures: FailureCounts {
                 llm: 2,
@@ -188,6 +189,16 @@ mod tests {
         s.failures_file = None;
         s.rollout_failures = FailureCounts::default();
         s.items_failed = FailureCounts::default();
+        s.rollouts_dropped = 3;
+        s.groups_dropped = 2;
+        s.drops_by_reason = [("equal_scores", 1), ("skipped", 1)].into_iter().collect();
+        let text = process_summary(&s, None);
+        assert!(
+            text.contains("1 equal_scores, 1 skipped) dropped")
+                && text.contains("1 tampered, 3 dropped by score_group\n"),
+            "{text}"
+        );
+        s.rollouts_dropped = 0;
         let text = process_summary(&s, None);
         assert!(
             text.contains(

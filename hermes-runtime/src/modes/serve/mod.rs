@@ -474,6 +474,7 @@ impl<E: Environment> Loop<E> {
             Err(_) => None,
         };
         self.summary.rollouts_dropped += run.rollouts_dropped;
+        self.log.record_rollouts_dropped(run.rollouts_dropped);
         let group = match run.result {
             Ok(group) => group,
             Err(failed) => {
