@@ -799,7 +799,6 @@ pub async fn collect_group<A: EnvAccess>(
                 rollouts = hooked.rollouts;
                 rollouts_dropped = hooked.dropped;
                 skipped = hooked.skipped;
-                let original = size;
                 let items: Vec<ScoredItem> = rollouts
                     .iter()
                     .zip(hooked.trained)
@@ -812,7 +811,7 @@ pub async fn collect_group<A: EnvAccess>(
                     })
                     .collect();
                 let mut group = ScoredDataGroup::from_items(items, rt.tokens.is_placeholder());
-                if rollouts_dropped > 0 && rollouts.len() < original {
+                if rollouts_dropped > 0 && !rollouts.is_empty() {
                     set_group_size(&mut group, rollouts.len());
                 }
                 mark_tampered(&mut group, &rollouts);
