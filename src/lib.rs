@@ -45,8 +45,8 @@ pub use hermes_runtime::schemars;
 /// Datasets by hub id or path, deserialized into the item type.
 pub mod data {
     pub use hermes_runtime::data::{
-        eval_size, open_or_fallback, shuffle, split_eval, text, DataError, Dataset, Format, Row,
-        PARQUET_REVISION,
+        eval_size, open_config_or_fallback, open_env_or_fallback, open_or_fallback, shuffle,
+        split_eval, text, DataError, Dataset, Format, Row, PARQUET_REVISION,
     };
 }
 
