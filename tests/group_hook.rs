@@ -12,9 +12,9 @@ use std::sync::Mutex;
 
 use common::logs::Logs;
 use hermes_env::prelude::*;
-use hermes_runtime::testing::{Policy, Reply, ScriptedServer};
 use hermes_runtime::app::{execute, parse_invocation, Resolved};
 use hermes_runtime::shutdown::Shutdown;
+use hermes_runtime::testing::{Policy, Reply, ScriptedServer};
 use serde_json::Value;
 
 /// A GSM8K-shaped question: `n + 1` is the answer; `gold` is `None` when the dataset's gold
@@ -153,14 +153,17 @@ async fn score_group_reshapes_drops_and_skips_in_a_process_run() {
     .iter()
     .map(OsString::from)
     .collect();
-    let Some(Resolved::Run(cfg)) = parse_invocation::<LengthPenalty>("length-penalty", args).unwrap()
+    let Some(Resolved::Run(cfg)) =
+        parse_invocation::<LengthPenalty>("length-penalty", args).unwrap()
     else {
         panic!("a process invocation");
     };
     let logs = Logs::default();
     {
         let _capture = logs.capture();
-        execute::<LengthPenalty>(*cfg, &Shutdown::new()).await.unwrap();
+        execute::<LengthPenalty>(*cfg, &Shutdown::new())
+            .await
+            .unwrap();
     }
     // Three items, three rollouts each, one request each: the skipped group was not re-run.
     assert_eq!(server.request_count(), 9);

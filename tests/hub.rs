@@ -68,7 +68,10 @@ fn cards_files() -> Vec<(String, Vec<u8>)> {
     vec![
         ("README.md".into(), CARDS_CARD.as_bytes().to_vec()),
         ("easy.jsonl".into(), row("easy 0").into_bytes()),
-        ("hard/part-0.jsonl".into(), (row("hard 0") + &row("hard 1")).into_bytes()),
+        (
+            "hard/part-0.jsonl".into(),
+            (row("hard 0") + &row("hard 1")).into_bytes(),
+        ),
         ("hard/part-1.jsonl".into(), row("hard 2").into_bytes()),
         ("hard/test.jsonl".into(), row("hard test").into_bytes()),
     ]
@@ -181,7 +184,10 @@ fn repos() -> Repos {
         ),
         // The hub redirects the legacy id to openai/gsm8k; huggingface_hub caches what it gets
         // under the id it was asked for (datasets--gsm8k), which is all an offline run sees.
-        (dataset(GSM8K_LEGACY, "main"), revision('7', &gsm8k_files(src))),
+        (
+            dataset(GSM8K_LEGACY, "main"),
+            revision('7', &gsm8k_files(src)),
+        ),
         (dataset(CARDS, "main"), revision('9', &cards_files())),
     ])
 }
@@ -215,7 +221,12 @@ fn python_cache() -> &'static Path {
             downloads.push(serde_json::json!([GSM8K, "dataset", "main", name]));
         }
         for (name, _) in gsm8k_converted_files(src) {
-            downloads.push(serde_json::json!([GSM8K, "dataset", "refs/convert/parquet", name]));
+            downloads.push(serde_json::json!([
+                GSM8K,
+                "dataset",
+                "refs/convert/parquet",
+                name
+            ]));
         }
         for name in ["README.md", "main/train-00000-of-00001.parquet"] {
             downloads.push(serde_json::json!([GSM8K_LEGACY, "dataset", "main", name]));
@@ -980,17 +991,30 @@ async fn a_multi_config_dataset_needs_a_config_and_reads_only_its_files() {
         .await
         .unwrap();
     assert_eq!(socratic.len(), 2);
-    assert!(questions(&socratic).iter().all(|q| q.starts_with("socratic test")));
-    assert!(socratic.rows()[0]["answer"].as_str().unwrap().contains(" ** "));
+    assert!(questions(&socratic)
+        .iter()
+        .all(|q| q.starts_with("socratic test")));
+    assert!(socratic.rows()[0]["answer"]
+        .as_str()
+        .unwrap()
+        .contains(" ** "));
     let e = Dataset::open_config_with(GSM8K, Some("mian"), "train", &settings)
         .await
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "dataset openai/gsm8k: no config 'mian' (configs: main, socratic)");
-    let e = Dataset::open_config_with(&format!("{GSM8K}:main"), Some("socratic"), "train", &settings)
-        .await
-        .unwrap_err()
-        .to_string();
+    assert_eq!(
+        e,
+        "dataset openai/gsm8k: no config 'mian' (configs: main, socratic)"
+    );
+    let e = Dataset::open_config_with(
+        &format!("{GSM8K}:main"),
+        Some("socratic"),
+        "train",
+        &settings,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("config 'main' but config 'socratic'"), "{e}");
 }
 
@@ -1007,12 +1031,17 @@ async fn the_auto_converted_parquet_revision_has_the_same_configs() {
         .await
         .unwrap();
     assert_eq!(socratic.len(), 4);
-    assert!(socratic.source().contains("revision refs/convert/parquet, commit 888888888888"));
+    assert!(socratic
+        .source()
+        .contains("revision refs/convert/parquet, commit 888888888888"));
     let e = Dataset::open_with(&format!("{converted}:main"), "validation", &settings)
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no data files for split 'validation' (splits found: train, test)"), "{e}");
+    assert!(
+        e.contains("no data files for split 'validation' (splits found: train, test)"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -1029,7 +1058,10 @@ async fn a_cards_default_config_is_taken_and_its_splits_are_its_own() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.ends_with("no data files for split 'test' (splits found: train)"), "{e}");
+    assert!(
+        e.ends_with("no data files for split 'test' (splits found: train)"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -1039,7 +1071,9 @@ async fn a_legacy_id_reads_its_own_cache_folder_offline() {
         .await
         .unwrap();
     assert_eq!(main.len(), 6);
-    assert!(main.source().starts_with("gsm8k (hub cache, revision main, commit 777777777777"));
+    assert!(main
+        .source()
+        .starts_with("gsm8k (hub cache, revision main, commit 777777777777"));
     assert!(python_cache().join("datasets--gsm8k/refs/main").is_file());
     // The socratic files were never downloaded under the legacy id: offline, that is the
     // one-line "not in the cache" error with the command that fetches them (and the cached

@@ -142,7 +142,9 @@ impl GroupRollout {
 
     /// True when any turn was cut at `max_tokens`.
     pub fn truncated(&self) -> bool {
-        self.finish_reasons.iter().any(|r| r.as_deref() == Some("length"))
+        self.finish_reasons
+            .iter()
+            .any(|r| r.as_deref() == Some("length"))
     }
 }
 

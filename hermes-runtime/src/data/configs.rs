@@ -116,7 +116,10 @@ fn front_matter(card: &str) -> Option<&str> {
 fn strings(value: &Yaml) -> Option<Vec<String>> {
     match value {
         Yaml::String(s) => Some(vec![s.clone()]),
-        Yaml::Sequence(items) => items.iter().map(|v| v.as_str().map(str::to_owned)).collect(),
+        Yaml::Sequence(items) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect(),
         _ => None,
     }
 }
@@ -141,12 +144,16 @@ fn card_config(entry: &Yaml) -> Result<CardConfig, String> {
                 .ok_or_else(|| bad("`data_dir` is not a string"))
         })
         .transpose()?;
-    let unreadable = || bad("`data_files` is neither a path, a list of paths nor a list of {split, path}");
+    let unreadable =
+        || bad("`data_files` is neither a path, a list of paths nor a list of {split, path}");
     let data_files = match entry.get("data_files") {
         None => Vec::new(),
         Some(v @ Yaml::String(_)) => vec![("train".to_owned(), strings(v).expect("a string"))],
         Some(Yaml::Sequence(items)) if items.iter().all(Yaml::is_string) => {
-            vec![("train".to_owned(), strings(&Yaml::Sequence(items.clone())).expect("strings"))]
+            vec![(
+                "train".to_owned(),
+                strings(&Yaml::Sequence(items.clone())).expect("strings"),
+            )]
         }
         Some(Yaml::Sequence(items)) => items
             .iter()
@@ -293,7 +300,10 @@ mod tests {
     #[test]
     fn choice_follows_datasets() {
         let names = files(&["main", "socratic"]);
-        assert_eq!(choose(Some("main"), &names, None), Choice::Chosen("main".into()));
+        assert_eq!(
+            choose(Some("main"), &names, None),
+            Choice::Chosen("main".into())
+        );
         assert_eq!(choose(Some("x"), &names, None), Choice::Unknown);
         assert_eq!(
             choose(None, &names, Some("socratic")),
@@ -303,7 +313,10 @@ mod tests {
             choose(None, &files(&["default", "x"]), None),
             Choice::Chosen("default".into())
         );
-        assert_eq!(choose(None, &files(&["x"]), None), Choice::Chosen("x".into()));
+        assert_eq!(
+            choose(None, &files(&["x"]), None),
+            Choice::Chosen("x".into())
+        );
         let converted = files(&["main/train/0000.parquet", "socratic/train/0000.parquet"]);
         assert_eq!(converted_configs(&converted), ["main", "socratic"]);
         assert_eq!(

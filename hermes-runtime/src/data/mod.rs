@@ -88,7 +88,9 @@ pub enum DataError {
         configs: String,
     },
     /// `NAME:CONFIG` and an explicit config disagree.
-    #[error("dataset {dataset}: the name says config '{in_name}' but config '{config}' is asked for")]
+    #[error(
+        "dataset {dataset}: the name says config '{in_name}' but config '{config}' is asked for"
+    )]
     ConfigConflict {
         /// The dataset.
         dataset: String,

@@ -30,7 +30,10 @@ pub fn split_config<'a>(
     config: Option<&'a str>,
 ) -> Result<(&'a str, Option<&'a str>), DataError> {
     let config = config.filter(|c| !c.is_empty());
-    let Some((base, in_name)) = name.rsplit_once(':').filter(|(b, c)| !b.is_empty() && !c.is_empty() && !c.contains('/')) else {
+    let Some((base, in_name)) = name
+        .rsplit_once(':')
+        .filter(|(b, c)| !b.is_empty() && !c.is_empty() && !c.contains('/'))
+    else {
         return Ok((name, config));
     };
     match config {
@@ -113,7 +116,10 @@ fn choose_files(
         });
     }
     let names: Vec<String> = card_configs.iter().map(|c| c.name.clone()).collect();
-    let marked = card_configs.iter().find(|c| c.default).map(|c| c.name.as_str());
+    let marked = card_configs
+        .iter()
+        .find(|c| c.default)
+        .map(|c| c.name.as_str());
     let chosen = match choose(config, &names, marked) {
         Choice::Chosen(name) => name,
         Choice::Unknown => return Err(unknown_config(dataset, config.unwrap_or(""), &names)),
@@ -215,7 +221,13 @@ async fn locate_on_hub(
     if id.revision != "main" || decisive {
         return first.map_err(|e| legacy_hint(&id, hub, e));
     }
-    match locate_at(HubRepo::new(id.at(PARQUET_REVISION), hub.clone()), config, split).await {
+    match locate_at(
+        HubRepo::new(id.at(PARQUET_REVISION), hub.clone()),
+        config,
+        split,
+    )
+    .await
+    {
         Ok(found) => Ok(found),
         Err(_) => first.map_err(|e| legacy_hint(&id, hub, e)),
     }
@@ -257,8 +269,7 @@ fn legacy_hint(id: &HubId, hub: &HubSettings, error: DataError) -> DataError {
 /// The dataset card of the revision, when it has one: the cached `README.md`, else (online)
 /// downloaded; `None` when the repository has none or the cache lacks it offline.
 async fn card(repo: &HubRepo, listing: &Listing) -> Result<Option<String>, DataError> {
-    if !listing.files.iter().any(|f| f == "README.md") && (repo.offline() || !listing.from_cache)
-    {
+    if !listing.files.iter().any(|f| f == "README.md") && (repo.offline() || !listing.from_cache) {
         return Ok(None);
     }
     match repo.file("README.md").await {
@@ -302,7 +313,10 @@ async fn choose_on_hub(
             return Ok(Selection {
                 declared: false,
                 files: configs::converted_files(&listing.files, &chosen, split),
-                available: known_splits(&inside).iter().map(|s| s.to_string()).collect(),
+                available: known_splits(&inside)
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 config: (names.len() > 1 || config.is_some()).then_some(chosen),
             });
         }
