@@ -60,7 +60,7 @@ pub enum DataError {
     #[error("{hub}; the cache holds it under its current id {cached}: use that id")]
     LegacyId {
         /// The hub error for the legacy id.
-        hub: HubError,
+        hub: Box<HubError>,
         /// The cached `ORG/NAME` ids of the same name.
         cached: String,
     },

@@ -261,7 +261,7 @@ fn legacy_hint(id: &HubId, hub: &HubSettings, error: DataError) -> DataError {
         return DataError::Hub(hub_error);
     }
     DataError::LegacyId {
-        hub: hub_error,
+        hub: Box::new(hub_error),
         cached: cached.join(", "),
     }
 }
