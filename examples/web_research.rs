@@ -267,14 +267,19 @@ impl WebResearch {
     async fn dataset_rows(&self) -> Result<Option<Vec<Question>>> {
         let cfg = self.env_config();
         if !self.dataset_path.is_empty() {
-            let dataset = data::Dataset::open(&self.dataset_path, &cfg.dataset_split).await?;
+            let dataset = data::Dataset::open_config(
+                &self.dataset_path,
+                cfg.dataset_config.as_deref(),
+                &cfg.dataset_split,
+            )
+            .await?;
             if dataset.is_empty() {
                 bail!("the dataset {} has no rows", self.dataset_path);
             }
             return Ok(Some(dataset.items()?));
         }
         let fallback = "the 10 built-in questions";
-        Ok(data::open_or_fallback(cfg.dataset_name.as_deref(), &cfg.dataset_split, fallback).await)
+        Ok(data::open_env_or_fallback(cfg, fallback).await)
     }
 
     async fn judge(&self, item: &Question, answer: &str, ctx: &ToolContext) -> f64 {

@@ -35,8 +35,8 @@ pub use hermes_runtime::agent::{AgentResult, ToolError};
 pub use hermes_runtime::config::{DefaultServer, EvalHandling, HermesEnvConfig, ServerType};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
 pub use hermes_runtime::env::{
-    EnvDefinition, Environment, EvalSample, Metrics, ReferenceSolution, ReferenceTurn,
-    RewardOutcome, ScoredRollout,
+    EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
+    ReferenceTurn, RewardOutcome, ScoredGroup, ScoredRollout,
 };
 pub use hermes_runtime::llm::{Message, ToolSchema};
 pub use hermes_runtime::sandbox::SandboxSpec;
@@ -45,8 +45,8 @@ pub use hermes_runtime::schemars;
 /// Datasets by hub id or path, deserialized into the item type.
 pub mod data {
     pub use hermes_runtime::data::{
-        eval_size, open_or_fallback, shuffle, split_eval, text, DataError, Dataset, Format, Row,
-        PARQUET_REVISION,
+        eval_size, open_config_or_fallback, open_env_or_fallback, open_or_fallback, shuffle,
+        split_eval, text, DataError, Dataset, Format, Row, PARQUET_REVISION,
     };
 }
 
@@ -84,7 +84,7 @@ pub mod tools {
 pub mod prelude {
     pub use crate::{
         hermes_env, AgentResult, DefaultServer, Environment, EvalSample, Message, Metrics,
-        ReferenceSolution, SandboxSpec, ScoredRollout, TerminalOutput, ToolContext,
+        ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout, TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     // The traits from serde, the derives from hermes-macros (serde's own derives need the

@@ -26,6 +26,56 @@ const TINY: &str = "hermes-test/tiny-bpe";
 const TINY_JINJA: &str = "hermes-test/tiny-bpe-jinja";
 const FRAMES: &str = "google/frames-benchmark";
 const QA: &str = "hermes-test/qa";
+const GSM8K: &str = "openai/gsm8k";
+const GSM8K_LEGACY: &str = "gsm8k";
+const CARDS: &str = "hermes-test/cards";
+
+/// openai/gsm8k's dataset card as the hub serves it: two configs, neither marked default.
+const GSM8K_CARD: &str = "---\nannotations_creators:\n- crowdsourced\nlanguage:\n- en\nlicense:\n- mit\npretty_name: Grade School Math 8K\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train-*\n  - split: test\n    path: main/test-*\n- config_name: socratic\n  data_files:\n  - split: train\n    path: socratic/train-*\n  - split: test\n    path: socratic/test-*\n---\n\n# Dataset Card for GSM8K\n";
+
+/// A card whose second config is `default: true`, with a config that has only a train split.
+const CARDS_CARD: &str = "---\nconfigs:\n- config_name: easy\n  data_files:\n  - split: train\n    path: easy.jsonl\n- config_name: hard\n  default: true\n  data_files:\n  - split: train\n    path: hard/part-*.jsonl\n  - split: test\n    path: hard/test.jsonl\n---\n# cards\n";
+
+/// The files of openai/gsm8k's main revision, as the real repository lays them out.
+fn gsm8k_files(src: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = vec![("README.md".to_owned(), GSM8K_CARD.as_bytes().to_vec())];
+    for config in ["main", "socratic"] {
+        for split in ["train", "test"] {
+            files.push((
+                format!("{config}/{split}-00000-of-00001.parquet"),
+                read(&src.join(format!("gsm8k-{config}-{split}.parquet"))),
+            ));
+        }
+    }
+    files
+}
+
+fn gsm8k_converted_files(src: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for config in ["main", "socratic"] {
+        for split in ["train", "test"] {
+            files.push((
+                format!("{config}/{split}/0000.parquet"),
+                read(&src.join(format!("gsm8k-{config}-{split}.parquet"))),
+            ));
+        }
+    }
+    files
+}
+
+fn cards_files() -> Vec<(String, Vec<u8>)> {
+    let row = |q: &str| format!("{{\"question\": \"{q}\", \"answer\": \"1\"}}\n");
+    vec![
+        ("README.md".into(), CARDS_CARD.as_bytes().to_vec()),
+        ("easy.jsonl".into(), row("easy 0").into_bytes()),
+        (
+            "hard/part-0.jsonl".into(),
+            (row("hard 0") + &row("hard 1")).into_bytes(),
+        ),
+        ("hard/part-1.jsonl".into(), row("hard 2").into_bytes()),
+        ("hard/test.jsonl".into(), row("hard test").into_bytes()),
+    ]
+}
 const TOKEN: &str = "hf_fixture_token_7d1c";
 
 fn script(name: &str) -> PathBuf {
@@ -127,6 +177,18 @@ fn repos() -> Repos {
                 ],
             ),
         ),
+        (dataset(GSM8K, "main"), revision('7', &gsm8k_files(src))),
+        (
+            dataset(GSM8K, "refs/convert/parquet"),
+            revision('8', &gsm8k_converted_files(src)),
+        ),
+        // The hub redirects the legacy id to openai/gsm8k; huggingface_hub caches what it gets
+        // under the id it was asked for (datasets--gsm8k), which is all an offline run sees.
+        (
+            dataset(GSM8K_LEGACY, "main"),
+            revision('7', &gsm8k_files(src)),
+        ),
+        (dataset(CARDS, "main"), revision('9', &cards_files())),
     ])
 }
 
@@ -153,6 +215,26 @@ fn python_cache() -> &'static Path {
             [QA, "dataset", "main", "data/train-00000-of-00001.parquet"],
             [QA, "dataset", "main", "data/test-00000-of-00001.parquet"],
         ]);
+        let mut downloads = downloads.as_array().unwrap().clone();
+        let src = sources();
+        for (name, _) in gsm8k_files(src) {
+            downloads.push(serde_json::json!([GSM8K, "dataset", "main", name]));
+        }
+        for (name, _) in gsm8k_converted_files(src) {
+            downloads.push(serde_json::json!([
+                GSM8K,
+                "dataset",
+                "refs/convert/parquet",
+                name
+            ]));
+        }
+        for name in ["README.md", "main/train-00000-of-00001.parquet"] {
+            downloads.push(serde_json::json!([GSM8K_LEGACY, "dataset", "main", name]));
+        }
+        for (name, _) in cards_files() {
+            downloads.push(serde_json::json!([CARDS, "dataset", "main", name]));
+        }
+        let downloads = Value::Array(downloads);
         run_python(
             python_env(Command::new(common::hub_python()), &cache)
                 .env("HF_ENDPOINT", &hub.url)
@@ -872,4 +954,201 @@ fn a_cached_revision_is_used_online_without_fetching_it_again() {
         1,
         "the .no_exist marker saved the request"
     );
+}
+
+fn offline_settings() -> HubSettings {
+    HubSettings::new(python_cache().to_owned(), "http://127.0.0.1:9", None, true)
+}
+
+fn questions(ds: &Dataset) -> Vec<String> {
+    ds.rows()
+        .iter()
+        .map(|r| r["question"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_multi_config_dataset_needs_a_config_and_reads_only_its_files() {
+    let settings = offline_settings();
+    // Both configs have a train split and the card marks neither default: `datasets` refuses
+    // to guess, and so does the library (it used to merge main and socratic into 10 rows).
+    let e = Dataset::open_with(GSM8K, "train", &settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "dataset openai/gsm8k: split 'train' exists in several configs (main, socratic) and none \
+         was chosen; name one as openai/gsm8k:CONFIG or with --env.dataset_config"
+    );
+    let main = Dataset::open_with(&format!("{GSM8K}:main"), "train", &settings)
+        .await
+        .unwrap();
+    assert_eq!(main.len(), 6);
+    assert_eq!(main.config(), Some("main"));
+    assert!(questions(&main).iter().all(|q| q.starts_with("main train")));
+    let socratic = Dataset::open_config_with(GSM8K, Some("socratic"), "test", &settings)
+        .await
+        .unwrap();
+    assert_eq!(socratic.len(), 2);
+    assert!(questions(&socratic)
+        .iter()
+        .all(|q| q.starts_with("socratic test")));
+    assert!(socratic.rows()[0]["answer"]
+        .as_str()
+        .unwrap()
+        .contains(" ** "));
+    let e = Dataset::open_config_with(GSM8K, Some("mian"), "train", &settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "dataset openai/gsm8k: no config 'mian' (configs: main, socratic)"
+    );
+    let e = Dataset::open_config_with(
+        &format!("{GSM8K}:main"),
+        Some("socratic"),
+        "train",
+        &settings,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("config 'main' but config 'socratic'"), "{e}");
+}
+
+#[tokio::test]
+async fn the_auto_converted_parquet_revision_has_the_same_configs() {
+    let settings = offline_settings();
+    let converted = format!("{GSM8K}@refs/convert/parquet");
+    let e = Dataset::open_with(&converted, "train", &settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("several configs (main, socratic)"), "{e}");
+    let socratic = Dataset::open_with(&format!("{converted}:socratic"), "train", &settings)
+        .await
+        .unwrap();
+    assert_eq!(socratic.len(), 4);
+    assert!(socratic
+        .source()
+        .contains("revision refs/convert/parquet, commit 888888888888"));
+    let e = Dataset::open_with(&format!("{converted}:main"), "validation", &settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no data files for split 'validation' (splits found: train, test)"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_cards_default_config_is_taken_and_its_splits_are_its_own() {
+    let settings = offline_settings();
+    let hard = Dataset::open_with(CARDS, "train", &settings).await.unwrap();
+    assert_eq!(questions(&hard), ["hard 0", "hard 1", "hard 2"]);
+    assert_eq!(hard.config(), Some("hard"));
+    let easy = Dataset::open_with(&format!("{CARDS}:easy"), "train", &settings)
+        .await
+        .unwrap();
+    assert_eq!(questions(&easy), ["easy 0"]);
+    let e = Dataset::open_with(&format!("{CARDS}:easy"), "test", &settings)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("no data files for split 'test' (splits found: train)"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_id_reads_its_own_cache_folder_offline() {
+    let settings = offline_settings();
+    let main = Dataset::open_with(&format!("{GSM8K_LEGACY}:main"), "train", &settings)
+        .await
+        .unwrap();
+    assert_eq!(main.len(), 6);
+    assert!(main
+        .source()
+        .starts_with("gsm8k (hub cache, revision main, commit 777777777777"));
+    assert!(python_cache().join("datasets--gsm8k/refs/main").is_file());
+    // The socratic files were never downloaded under the legacy id: offline, that is the
+    // one-line "not in the cache" error with the command that fetches them (and the cached
+    // current id), not "no such split".
+    let e = Dataset::open_with(&format!("{GSM8K_LEGACY}:socratic"), "train", &settings)
+        .await
+        .unwrap_err();
+    let chain = format!("{:#}", anyhow::Error::from(e));
+    assert!(
+        chain.starts_with("gsm8k: split 'train' of config 'socratic' is not in the hub cache")
+            && chain.contains("fetch it with `hf download gsm8k --repo-type dataset`")
+            && chain.ends_with("the cache holds it under its current id openai/gsm8k: use that id"),
+        "{chain}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_legacy_id_is_one_line_naming_the_cached_current_id() {
+    let cache = tempfile::tempdir().unwrap();
+    let folder = "datasets--openai--gsm8k";
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(python_cache().join(folder))
+        .arg(cache.path().join(folder))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let settings = HubSettings::new(cache.path().to_owned(), "http://127.0.0.1:9", None, true);
+    let e = Dataset::open_with(GSM8K_LEGACY, "train", &settings)
+        .await
+        .unwrap_err();
+    // As an anyhow chain ({:#}, the way a setup hook's `?` reports it): the text once.
+    let chain = format!("{:#}", anyhow::Error::from(e));
+    assert_eq!(
+        chain,
+        format!(
+            "gsm8k: the revision is not in the hub cache {} and HF_HUB_OFFLINE is set; fetch it \
+             with `hf download gsm8k --repo-type dataset`; the cache holds it under its current \
+             id openai/gsm8k: use that id",
+            cache.path().display()
+        )
+    );
+    assert_eq!(chain.lines().count(), 1);
+}
+
+#[test]
+fn process_reads_the_config_named_by_the_dataset_config_flag() {
+    let run = offline(
+        "web_research",
+        &[
+            "--env.dataset_name",
+            GSM8K,
+            "--env.dataset_config",
+            "socratic",
+            "--env.dataset_split",
+            "train",
+            "--env.tokenizer_name",
+            TINY,
+        ],
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "dataset {GSM8K} (hub cache, revision main, commit 777777777777): config 'socratic', split 'train', 4 rows"
+        )),
+        "{}",
+        run.stderr
+    );
+    let prompts: Vec<String> = messages(&run.groups)
+        .iter()
+        .flat_map(|chat| chat.as_array().unwrap().clone())
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!prompts.is_empty());
+    for p in &prompts {
+        assert!(p.contains("socratic train question"), "{p}");
+    }
 }

@@ -140,6 +140,20 @@ pub static HOOKS: &[HookSpec] = &[
               built-ins before `enabled_toolsets` / `distribution` are resolved; runs after \
               `setup`.",
     },
+    HookSpec {
+        name: "score_group",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        params: &[
+            ("item", "&Self::Item"),
+            ("group", "&mut ::hermes_env::ScoredGroup"),
+        ],
+        output: None,
+        doc: "Sees a finished group (every rollout's reward, trainable tokens, finish reasons \
+              and transcript) before it is written or sent, and may reshape rewards, drop \
+              rollouts or skip the whole group (Atropos's group-level `score`).",
+    },
 ];
 
 impl HookSpec {

@@ -71,6 +71,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "sandbox_create_rate",
     "sandbox_reap_interval",
     "dataset_name",
+    "dataset_config",
     "dataset_split",
     "prompt_field",
     "tool_pool_size",

@@ -85,6 +85,102 @@ pub trait Environment: EnvDefinition {
     fn register_tools(&self, registry: &mut crate::tools::ToolRegistry) {
         let _ = registry;
     }
+
+    /// Sees a finished group (every rollout's reward, trainable tokens, finish reasons and
+    /// transcript) before it is written or sent, and may reshape rewards, drop rollouts or
+    /// skip the whole group (Atropos's group-level `score`).
+    fn score_group(&self, item: &Self::Item, group: &mut ScoredGroup) {
+        let _ = (item, group);
+    }
+}
+
+/// One rollout of a group as [`Environment::score_group`] sees it.
+#[derive(Debug, Clone)]
+pub struct GroupRollout {
+    /// The reward `compute_reward` gave (or the outcome's, e.g. `tampered_reward`); the hook
+    /// may change it.
+    pub reward: f64,
+    /// Token positions the trainer learns from (mask entries other than -100).
+    pub trainable_tokens: usize,
+    /// Each assistant turn's `finish_reason` in order (`stop`, `tool_calls`, `length`, …;
+    /// `None` where the server gave none).
+    pub finish_reasons: Vec<Option<String>>,
+    /// The agent loop's result: messages, per-turn usage, tool errors.
+    pub run: AgentResult,
+    /// How the reward came about.
+    pub outcome: RewardOutcome,
+    dropped: Option<String>,
+}
+
+impl GroupRollout {
+    /// A rollout as the group hook receives it.
+    pub fn new(
+        reward: f64,
+        trainable_tokens: usize,
+        run: AgentResult,
+        outcome: RewardOutcome,
+    ) -> Self {
+        GroupRollout {
+            reward,
+            trainable_tokens,
+            finish_reasons: run.turns.iter().map(|t| t.finish_reason.clone()).collect(),
+            run,
+            outcome,
+            dropped: None,
+        }
+    }
+
+    /// Leaves this rollout out of the group (not trained on, not retried); `reason` is logged.
+    pub fn drop_rollout(&mut self, reason: impl Into<String>) {
+        self.dropped = Some(reason.into());
+    }
+
+    /// Why the hook dropped this rollout, if it did.
+    pub fn dropped(&self) -> Option<&str> {
+        self.dropped.as_deref()
+    }
+
+    /// True when any turn was cut at `max_tokens`.
+    pub fn truncated(&self) -> bool {
+        self.finish_reasons
+            .iter()
+            .any(|r| r.as_deref() == Some("length"))
+    }
+}
+
+/// A finished group for [`Environment::score_group`]: its rollouts in order, and whether the
+/// hook skipped it.
+#[derive(Debug, Clone)]
+pub struct ScoredGroup {
+    /// The rollouts.
+    pub rollouts: Vec<GroupRollout>,
+    skipped: Option<String>,
+}
+
+impl ScoredGroup {
+    /// A group of `rollouts`, not skipped.
+    pub fn new(rollouts: Vec<GroupRollout>) -> Self {
+        ScoredGroup {
+            rollouts,
+            skipped: None,
+        }
+    }
+
+    /// Skips the whole group: it is counted (`skipped` in the summary, W&B's
+    /// `train/groups_dropped_skipped`), never written, sent or retried, and not a failure.
+    pub fn skip(&mut self, reason: impl Into<String>) {
+        self.skipped = Some(reason.into());
+    }
+
+    /// Why the hook skipped the group, if it did.
+    pub fn skipped(&self) -> Option<&str> {
+        self.skipped.as_deref()
+    }
+
+    /// The rewards, in rollout order.
+    pub fn rewards(&self) -> Vec<f64> {
+        self.rollouts.iter().map(|r| r.reward).collect()
+    }
 }
 
 /// Metric name → value (`eval/mean_reward`, `train/accuracy`, …), sorted for stable output.

@@ -10,6 +10,9 @@ usage: make_fixture.py OUT_DIR CHAT_TEMPLATE_CONFIG
 * OUT_DIR/frames.parquet: FRAMES-shaped rows (Unnamed: 0, Prompt, Answer, reasoning_types,
   wiki_links) written with pyarrow (snappy, its default).
 * OUT_DIR/qa-train.parquet, OUT_DIR/qa-test.parquet: prompt/answer rows, zstd-compressed.
+* OUT_DIR/gsm8k-CONFIG-SPLIT.parquet for CONFIG main (6 train, 2 test rows) and socratic
+  (4 train, 2 test rows): question/answer rows shaped like openai/gsm8k's two configs, whose
+  answers end in `#### N` (socratic answers interleave `Sub-question? **` steps).
 """
 
 import json
@@ -88,3 +91,14 @@ for split, rows in [("train", 5), ("test", 3)]:
         }
     )
     pq.write_table(table, out / f"qa-{split}.parquet", compression="zstd")
+
+for config, sizes in [("main", {"train": 6, "test": 2}), ("socratic", {"train": 4, "test": 2})]:
+    for split, rows in sizes.items():
+        step = "How many apples are there? ** " if config == "socratic" else ""
+        table = pa.table(
+            {
+                "question": [f"{config} {split} question {i}: how many apples?" for i in range(rows)],
+                "answer": [f"{step}There are {i} + 1 = <<{i}+1={i + 1}>>{i + 1} apples.\n#### {i + 1}" for i in range(rows)],
+            }
+        )
+        pq.write_table(table, out / f"gsm8k-{config}-{split}.parquet")

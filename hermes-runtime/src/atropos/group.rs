@@ -357,6 +357,8 @@ pub enum DropReason {
         /// The trainer's `max_token_len`.
         limit: i64,
     },
+    /// The environment's `score_group` hook skipped the group.
+    Skipped,
 }
 
 impl DropReason {
@@ -366,6 +368,7 @@ impl DropReason {
             DropReason::Size { .. } => "size",
             DropReason::EqualScores => "equal_scores",
             DropReason::TooLong { .. } => "too_long",
+            DropReason::Skipped => "skipped",
         }
     }
 
@@ -379,6 +382,9 @@ impl DropReason {
             DropReason::TooLong { limit, .. } => format!(
                 "a sequence reached the trainer's max_token_len {limit}; raise it in the trainer or lower --env.max_token_length"
             ),
+            DropReason::Skipped => {
+                "skipped by the environment's score_group (each reason is logged at DEBUG)".into()
+            }
         }
     }
 }
@@ -396,6 +402,7 @@ impl std::fmt::Display for DropReason {
                 f,
                 "a sequence has {len} tokens, at or above the trainer's limit {limit}"
             ),
+            DropReason::Skipped => write!(f, "skipped by the environment's score_group"),
         }
     }
 }

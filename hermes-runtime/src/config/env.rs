@@ -202,8 +202,10 @@ config_section! {
         /// Seconds between reaper passes during a docker run (0 = only at its start and end); a pass removes containers of runs that are gone.
         #[range(0, SECONDS_MAX)]
         sandbox_reap_interval: f64 = 300.0,
-        /// Dataset for environments that load one (hermes_env::data): a hub id ORG/NAME[@revision], a local file or a directory.
+        /// Dataset for environments that load one (hermes_env::data): a hub id ORG/NAME[@revision][:config], a local file or a directory.
         dataset_name: Option<String> = None,
+        /// Dataset config (subset), as in load_dataset(name, config); unset takes the card's default config, or the only one.
+        dataset_config: Option<String> = None,
         /// Dataset split, chosen by the hub's file names (test.jsonl, data/test-00000-of-00001.parquet, test/...).
         dataset_split: String = "train".into(),
         /// Dataset column holding the prompt, for environments that read it (Dataset::rename_column).

@@ -24,6 +24,7 @@
 //! let (train, eval) = data::split_eval(items, n_eval);
 //! ```
 
+mod configs;
 mod formats;
 mod sample;
 mod source;
@@ -49,9 +50,63 @@ pub enum DataError {
     /// The name is neither an existing path nor shaped like a hub id.
     #[error("dataset '{0}' is neither a local file or directory nor a hub id ORG/NAME[@revision]")]
     NotFound(String),
-    /// The hub dataset could not be had (not cached offline, download failed, …).
-    #[error("dataset: {0}")]
+    /// The hub dataset could not be had (not cached offline, download failed, …). Transparent:
+    /// the hub error names the dataset already, and a wrapper that repeated it as its source
+    /// would print the text twice in an error chain.
+    #[error(transparent)]
     Hub(#[from] HubError),
+    /// A legacy id (`gsm8k`) is not in the cache, but the dataset is under its current
+    /// `ORG/NAME` id.
+    #[error("{hub}; the cache holds it under its current id {cached}: use that id")]
+    LegacyId {
+        /// The hub error for the legacy id.
+        hub: Box<HubError>,
+        /// The cached `ORG/NAME` ids of the same name.
+        cached: String,
+    },
+    /// The dataset has several configs and none was asked for or marked `default: true`.
+    #[error(
+        "dataset {dataset}: split '{split}' exists in several configs ({configs}) and none was chosen; \
+         name one as {dataset}:CONFIG or with --env.dataset_config"
+    )]
+    AmbiguousConfig {
+        /// The dataset.
+        dataset: String,
+        /// The split asked for.
+        split: String,
+        /// The dataset's configs.
+        configs: String,
+    },
+    /// The config asked for is not one of the dataset's.
+    #[error("dataset {dataset}: no config '{config}' (configs: {configs})")]
+    UnknownConfig {
+        /// The dataset.
+        dataset: String,
+        /// The config asked for.
+        config: String,
+        /// The dataset's configs.
+        configs: String,
+    },
+    /// `NAME:CONFIG` and an explicit config disagree.
+    #[error(
+        "dataset {dataset}: the name says config '{in_name}' but config '{config}' is asked for"
+    )]
+    ConfigConflict {
+        /// The dataset.
+        dataset: String,
+        /// The config after `:` in the name.
+        in_name: String,
+        /// The config passed separately (`--env.dataset_config`).
+        config: String,
+    },
+    /// The dataset card's `configs:` cannot be read.
+    #[error("dataset {dataset}: {reason}")]
+    Card {
+        /// The dataset.
+        dataset: String,
+        /// What is wrong with the card.
+        reason: String,
+    },
     /// No data file of the dataset belongs to the split.
     #[error("dataset {dataset}: no data files for split '{split}' (splits found: {available})")]
     NoSplit {
@@ -92,31 +147,60 @@ pub enum DataError {
 pub struct Dataset {
     rows: Vec<Row>,
     source: String,
+    config: Option<String>,
     split: String,
 }
 
 impl Dataset {
-    /// Opens `split` of `name` with the hub settings of the environment
-    /// ([`HubSettings::from_env`]); logs one line saying where the rows came from.
+    /// Opens `split` of `name` (`ORG/NAME[@revision][:config]`, a file or a directory) with
+    /// the hub settings of the environment ([`HubSettings::from_env`]); logs one line saying
+    /// where the rows came from.
     pub async fn open(name: &str, split: &str) -> Result<Dataset, DataError> {
-        Self::open_with(name, split, &HubSettings::from_env()).await
+        Self::open_config_with(name, None, split, &HubSettings::from_env()).await
     }
 
-    /// Opens `split` of `name`: an existing local file (read whatever the split), an existing
-    /// local directory (files chosen by split name), or a hub dataset id (the revision's files
-    /// for the split, else those of the auto-converted parquet revision).
+    /// Opens `split` of config `config` of `name`, like `load_dataset(name, config)`; `None`
+    /// chooses as `datasets` does (the card's `default: true` config, or the only one).
+    pub async fn open_config(
+        name: &str,
+        config: Option<&str>,
+        split: &str,
+    ) -> Result<Dataset, DataError> {
+        Self::open_config_with(name, config, split, &HubSettings::from_env()).await
+    }
+
+    /// [`Dataset::open`] with explicit hub settings.
     pub async fn open_with(
         name: &str,
         split: &str,
         hub: &HubSettings,
     ) -> Result<Dataset, DataError> {
-        let located = source::locate(name, split, hub).await?;
+        Self::open_config_with(name, None, split, hub).await
+    }
+
+    /// Opens `split` of `config` of `name`: an existing local file (read whatever the split),
+    /// an existing local directory (its card's configs, else files chosen by split name), or a
+    /// hub dataset id (the revision's files for the config and split, else those of the
+    /// auto-converted parquet revision). A dataset with several configs and none chosen (by
+    /// `config`, `NAME:CONFIG` or the card's `default: true`) is an error naming them.
+    pub async fn open_config_with(
+        name: &str,
+        config: Option<&str>,
+        split: &str,
+        hub: &HubSettings,
+    ) -> Result<Dataset, DataError> {
+        let located = source::locate(name, config, split, hub).await?;
         let mut rows = Vec::new();
         for (path, format) in &located.files {
             rows.extend(formats::read(path, *format)?);
         }
+        let config_part = located
+            .config
+            .as_deref()
+            .map(|c| format!("config '{c}', "))
+            .unwrap_or_default();
         tracing::info!(
-            "dataset {}: split '{split}', {} rows from {} file(s)",
+            "dataset {}: {config_part}split '{split}', {} rows from {} file(s)",
             located.source,
             rows.len(),
             located.files.len()
@@ -124,6 +208,7 @@ impl Dataset {
         Ok(Dataset {
             rows,
             source: located.source,
+            config: located.config,
             split: split.to_owned(),
         })
     }
@@ -133,8 +218,14 @@ impl Dataset {
         Dataset {
             rows,
             source: source.to_owned(),
+            config: None,
             split: String::new(),
         }
+    }
+
+    /// The config the rows belong to, when the dataset has named configs.
+    pub fn config(&self) -> Option<&str> {
+        self.config.as_deref()
     }
 
     /// Where the rows came from, for log lines.
@@ -199,11 +290,36 @@ pub async fn open_or_fallback<T: DeserializeOwned>(
     split: &str,
     fallback: &str,
 ) -> Option<Vec<T>> {
+    open_config_or_fallback(name, None, split, fallback).await
+}
+
+/// [`open_or_fallback`] for the environment's `dataset_name`, `dataset_config` and
+/// `dataset_split`.
+pub async fn open_env_or_fallback<T: DeserializeOwned>(
+    cfg: &crate::config::HermesEnvConfig,
+    fallback: &str,
+) -> Option<Vec<T>> {
+    open_config_or_fallback(
+        cfg.dataset_name.as_deref(),
+        cfg.dataset_config.as_deref(),
+        &cfg.dataset_split,
+        fallback,
+    )
+    .await
+}
+
+/// [`open_or_fallback`] with a config (`None` chooses as `datasets` does).
+pub async fn open_config_or_fallback<T: DeserializeOwned>(
+    name: Option<&str>,
+    config: Option<&str>,
+    split: &str,
+    fallback: &str,
+) -> Option<Vec<T>> {
     let Some(name) = name.filter(|n| !n.is_empty()) else {
         tracing::info!("no dataset_name configured: using {fallback}");
         return None;
     };
-    let loaded = match Dataset::open(name, split).await {
+    let loaded = match Dataset::open_config(name, config, split).await {
         Ok(dataset) if dataset.is_empty() => Err(format!("split '{split}' of {name} has no rows")),
         Ok(dataset) => dataset.items().map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),

@@ -119,6 +119,11 @@ impl HubRepo {
         &self.id
     }
 
+    /// The hub cache directory.
+    pub fn cache_dir(&self) -> &Path {
+        &self.settings.cache_dir
+    }
+
     /// Whether the network may be used.
     pub fn offline(&self) -> bool {
         self.settings.offline

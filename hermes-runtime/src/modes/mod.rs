@@ -4,6 +4,7 @@ mod agent_clock;
 pub mod drops;
 pub mod evaluate;
 pub mod failures;
+mod group_hook;
 pub mod html;
 pub mod openenv;
 pub mod output;

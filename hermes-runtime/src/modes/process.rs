@@ -16,7 +16,7 @@ use super::drops::Drops;
 use super::failures::{failures_path, FailureLog};
 use super::html::{write_viewer_of_run, ShownLines};
 use super::output::{free_path, JsonlWriter};
-use super::rollout::{collect_group, GroupRun, Runtime};
+use super::rollout::{collect_group, group_drop_reason, GroupRun, Runtime};
 use crate::env::{Environment, FailureCounts};
 use crate::progress::Progress;
 use crate::shutdown::{grace, Shutdown};
@@ -43,6 +43,9 @@ pub(crate) struct ProcessSummary {
     pub mean_reward: f64,
     /// Of those rollouts, the tampered ones (in their groups at `tampered_reward`).
     pub tampered: usize,
+    /// Rollouts the environment's `score_group` dropped from their groups (not counted in
+    /// `rollouts`).
+    pub rollouts_dropped: usize,
     /// Tool errors seen by the agents.
     pub tool_errors: usize,
     /// Failed rollout attempts per kind (each retried, or its item failed).
@@ -260,14 +263,10 @@ fn log_group<E: Environment>(
     let secs = took.as_secs_f64();
     metrics.record_perf(Perf::Task, secs);
     metrics.record_failures(&run.failures);
+    metrics.record_rollouts_dropped(run.rollouts_dropped);
     match &run.result {
         Ok(group) => {
-            let config = rt.config();
-            let dropped = group.drop_reason(
-                config.group_size.max(1) as usize,
-                config.ensure_scores_are_not_same,
-                None,
-            );
+            let dropped = run.drop_reason(group, rt.config(), None);
             match dropped {
                 None => {
                     metrics.record_perf(Perf::Succeeded, secs);
@@ -318,6 +317,7 @@ impl Tally {
                 rollouts: 0,
                 mean_reward: 0.0,
                 tampered: 0,
+                rollouts_dropped: 0,
                 tool_errors: 0,
                 rollout_failures: FailureCounts::default(),
                 items_failed: FailureCounts::default(),
@@ -343,6 +343,7 @@ impl Tally {
         config: &crate::config::HermesEnvConfig,
     ) -> anyhow::Result<Vec<f64>> {
         self.summary.rollout_failures.merge(&run.failures);
+        self.summary.rollouts_dropped += run.rollouts_dropped;
         let group = match &mut run.result {
             Ok(group) => group,
             Err(failed) => {
@@ -373,11 +374,7 @@ impl Tally {
             .iter()
             .map(|r| r.run.tool_errors.len())
             .sum::<usize>();
-        let dropped = group.drop_reason(
-            config.group_size.max(1) as usize,
-            config.ensure_scores_are_not_same,
-            None,
-        );
+        let dropped = group_drop_reason(run.skipped.is_some(), group, config, None);
         match dropped {
             Some(reason) => {
                 debug!("group {n} dropped: {reason}");

@@ -31,11 +31,15 @@ pub(crate) fn process_summary(s: &ProcessSummary, wandb: Option<&str>) -> String
         describe(&s.drops_by_reason),
         s.requested
     );
-    let _ = writeln!(
+    let _ = write!(
         out,
         "  rollouts  {}, mean reward {:.3}, {} tool errors, {} tampered",
         s.rollouts, s.mean_reward, s.tool_errors, s.tampered
     );
+    if s.rollouts_dropped > 0 {
+        let _ = write!(out, ", {} dropped by score_group", s.rollouts_dropped);
+    }
+    out.push('\n');
     let _ = write!(
         out,
         "  failures  {} rollout attempts failed, {} items not trained on",
@@ -80,6 +84,13 @@ pub(crate) fn serve_summary(s: &ServeSummary) -> String {
         describe(&s.drops_by_reason),
         s.groups_rejected
     );
+    if s.rollouts_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  rollouts  {} dropped by score_group",
+            s.rollouts_dropped
+        );
+    }
     let _ = writeln!(
         out,
         "  failures  {} rollout attempts failed, {} items not trained on",
@@ -147,6 +158,7 @@ mod tests {
             rollouts: 15,
             mean_reward: 0.5,
             tampered: 1,
+            rollouts_dropped: 0,
             tool_errors: 2,
             rollout_failures: FailureCounts {
                 llm: 2,
@@ -177,6 +189,16 @@ mod tests {
         s.failures_file = None;
         s.rollout_failures = FailureCounts::default();
         s.items_failed = FailureCounts::default();
+        s.rollouts_dropped = 3;
+        s.groups_dropped = 2;
+        s.drops_by_reason = [("equal_scores", 1), ("skipped", 1)].into_iter().collect();
+        let text = process_summary(&s, None);
+        assert!(
+            text.contains("1 equal_scores, 1 skipped) dropped")
+                && text.contains("1 tampered, 3 dropped by score_group\n"),
+            "{text}"
+        );
+        s.rollouts_dropped = 0;
         let text = process_summary(&s, None);
         assert!(
             text.contains(

@@ -15,7 +15,7 @@ use tracing::{info_span, warn, Instrument};
 use super::agent_clock::{within_budget, AgentClock, Metered};
 use crate::agent::{panic_message, AgentLoop, AgentResult, AgentSettings, Ending};
 use crate::atropos::tokenize::CutTurns;
-use crate::atropos::{ScoredDataGroup, ScoredItem};
+use crate::atropos::{DropReason, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
@@ -26,6 +26,7 @@ use crate::sandbox::{SandboxProvider, SandboxSpec, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
 
+use super::group_hook;
 use super::trainer_tokens::{trainer_tokens, TrainerTokens};
 
 /// Shared services of one run. Built with [`Runtime::builder`]; modes read the config and
@@ -704,10 +705,46 @@ pub struct FailedItem<I> {
 pub struct GroupRun<I> {
     /// The group (every rollout a model outcome), or why there is none.
     pub result: Result<ScoredDataGroup, FailedItem<I>>,
-    /// The final attempt of each rollout slot.
+    /// The final attempt of each rollout slot (without those `score_group` dropped), with the
+    /// rewards `score_group` left.
     pub rollouts: Vec<ScoredRollout<I>>,
     /// Every failed attempt, retried or not.
     pub failures: FailureCounts,
+    /// Rollouts the environment's `score_group` dropped from the group.
+    pub rollouts_dropped: usize,
+    /// Why `score_group` skipped the group, if it did: the group is counted as a drop
+    /// ([`DropReason::Skipped`]), never sent, written or retried.
+    pub skipped: Option<String>,
+}
+
+impl<I> GroupRun<I> {
+    /// Why this run's `group` is not sent: see [`group_drop_reason`].
+    pub(crate) fn drop_reason(
+        &self,
+        group: &ScoredDataGroup,
+        config: &HermesEnvConfig,
+        length_limit: Option<i64>,
+    ) -> Option<DropReason> {
+        group_drop_reason(self.skipped.is_some(), group, config, length_limit)
+    }
+}
+
+/// Why a group is not sent: skipped by `score_group`, else the upstream group rules
+/// ([`ScoredDataGroup::drop_reason`]).
+pub(crate) fn group_drop_reason(
+    skipped: bool,
+    group: &ScoredDataGroup,
+    config: &HermesEnvConfig,
+    length_limit: Option<i64>,
+) -> Option<DropReason> {
+    if skipped {
+        return Some(DropReason::Skipped);
+    }
+    group.drop_reason(
+        config.group_size.max(1) as usize,
+        config.ensure_scores_are_not_same,
+        length_limit,
+    )
 }
 
 /// Runs `group_size` concurrent rollouts of one item (each re-run while it fails for a
@@ -732,6 +769,8 @@ pub async fn collect_group<A: EnvAccess>(
     .await;
     let mut failures = FailureCounts::default();
     let mut failed = None;
+    let mut rollouts_dropped = 0;
+    let mut skipped = None;
     let mut rollouts = Vec::with_capacity(size);
     let mut trained = Vec::with_capacity(size);
     for (attempt, f) in slots {
@@ -756,34 +795,71 @@ pub async fn collect_group<A: EnvAccess>(
         trained.push(t);
         rollouts.push(rollout);
     }
-    let result = match failed {
-        Some(failed) => Err(failed),
-        None => {
-            let items = rollouts
-                .iter()
-                .zip(trained)
-                .map(|(r, t)| {
-                    // Every rollout here is training data, whose tokens were made with it.
-                    let t = t.expect("a training rollout carries its trainer tokens");
-                    ScoredItem {
+    if failed.is_none() {
+        // Every rollout here is training data, whose tokens were made with it.
+        let trained: Vec<TrainerTokens> = trained
+            .into_iter()
+            .map(|t| t.expect("a training rollout carries its trainer tokens"))
+            .collect();
+        let hooked = {
+            let guard = env.read().await;
+            group_hook::apply(&*guard, &item, std::mem::take(&mut rollouts), trained)
+        };
+        match hooked {
+            Ok(hooked) => {
+                rollouts = hooked.rollouts;
+                rollouts_dropped = hooked.dropped;
+                skipped = hooked.skipped;
+                let items: Vec<ScoredItem> = rollouts
+                    .iter()
+                    .zip(hooked.trained)
+                    .map(|(r, t)| ScoredItem {
                         tokens: t.tokens,
                         masks: t.masks,
                         score: r.reward,
                         messages: r.run.annotated_messages(),
                         inference_logprobs: t.inference_logprobs,
-                    }
-                })
-                .collect();
-            let mut group = ScoredDataGroup::from_items(items, rt.tokens.is_placeholder());
-            mark_tampered(&mut group, &rollouts);
-            Ok(group)
+                    })
+                    .collect();
+                let mut group = ScoredDataGroup::from_items(items, rt.tokens.is_placeholder());
+                if rollouts_dropped > 0 && !rollouts.is_empty() {
+                    set_group_size(&mut group, rollouts.len());
+                }
+                mark_tampered(&mut group, &rollouts);
+                return GroupRun {
+                    result: Ok(group),
+                    rollouts,
+                    failures,
+                    rollouts_dropped,
+                    skipped,
+                };
+            }
+            Err(message) => {
+                warn!("group not trained on: {message}");
+                failures.add(crate::env::FailureKind::Verifier);
+                failed = Some(FailedItem {
+                    item: Arc::clone(&item),
+                    outcome: RewardOutcome::VerifierFailure { message },
+                    attempts: 1,
+                });
+            }
         }
-    };
+    }
     GroupRun {
-        result,
+        result: Err(failed.expect("a failed group has its item")),
         rollouts,
         failures,
+        rollouts_dropped,
+        skipped,
     }
+}
+
+/// Declares a group made smaller by `score_group` as a group of `size` rollouts
+/// (`group_overrides.group_size`), so the size rule keeps it.
+fn set_group_size(group: &mut ScoredDataGroup, size: usize) {
+    let mut overrides = group.group_overrides.value().cloned().unwrap_or_default();
+    overrides.insert("group_size".into(), Value::from(size));
+    group.group_overrides = crate::atropos::Slot::Value(overrides);
 }
 
 /// The per-rollout key marking a tampered rollout in a group's `overrides`.

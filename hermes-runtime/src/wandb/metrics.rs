@@ -217,6 +217,8 @@ pub struct TrainMetrics<I> {
     stashed: Metrics,
     failures: FailureCounts,
     drops: BTreeMap<&'static str, usize>,
+    /// Rollouts `score_group` dropped since the last log.
+    rollouts_dropped: usize,
 }
 
 /// What [`TrainMetrics::take`] needs besides the collected data.
@@ -253,6 +255,7 @@ impl<I> TrainMetrics<I> {
             stashed: Metrics::new(),
             failures: FailureCounts::default(),
             drops: BTreeMap::new(),
+            rollouts_dropped: 0,
         }
     }
 
@@ -313,6 +316,11 @@ impl<I> TrainMetrics<I> {
         *self.drops.entry(reason.key()).or_default() += 1;
     }
 
+    /// Records rollouts the environment's `score_group` dropped (`train/rollouts_dropped`).
+    pub fn record_rollouts_dropped(&mut self, n: usize) {
+        self.rollouts_dropped += n;
+    }
+
     /// Records one value of a `train_perf/*` series.
     pub fn record_perf(&mut self, series: Perf, value: f64) {
         self.perf.entry(series).or_default().push(value);
@@ -355,6 +363,13 @@ impl<I> TrainMetrics<I> {
             rec.insert(
                 format!("train/groups_dropped_{reason}"),
                 LogValue::Number(n as f64),
+            );
+        }
+        let rollouts_dropped = std::mem::take(&mut self.rollouts_dropped);
+        if rollouts_dropped > 0 {
+            rec.insert(
+                "train/rollouts_dropped".into(),
+                LogValue::Number(rollouts_dropped as f64),
             );
         }
         rec.insert(

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use hermes_env::prelude::*;
-use hermes_env::{EnvDefinition, ReferenceTurn};
+use hermes_env::{EnvDefinition, GroupRollout, ReferenceTurn, RewardOutcome};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Item {
@@ -60,6 +60,15 @@ impl AllHooks {
     fn sandbox_spec(&self, item: &Item) -> SandboxSpec {
         SandboxSpec::image(format!("image-{}", item.n))
     }
+
+    fn score_group(&self, item: &Item, group: &mut ScoredGroup) {
+        if item.n == 0 {
+            group.skip("no answer");
+        }
+        for r in &mut group.rollouts {
+            r.reward += f64::from(item.n);
+        }
+    }
 }
 
 fn main() {
@@ -89,4 +98,11 @@ fn main() {
             .as_deref(),
         Some("image-5")
     );
+
+    let rollout = GroupRollout::new(1.0, 3, AgentResult::default(), RewardOutcome::Scored);
+    let mut group = ScoredGroup::new(vec![rollout]);
+    Environment::score_group(&env, &Item { n: 2 }, &mut group);
+    assert_eq!(group.rewards(), [3.0]);
+    Environment::score_group(&env, &Item { n: 0 }, &mut group);
+    assert_eq!(group.skipped(), Some("no answer"));
 }

@@ -71,6 +71,13 @@ impl<I> StepLog<I> {
         }
     }
 
+    /// Rollouts the environment's `score_group` dropped from a group.
+    pub(super) fn record_rollouts_dropped(&mut self, n: usize) {
+        if let Some((_, metrics)) = &mut self.wandb {
+            metrics.record_rollouts_dropped(n);
+        }
+    }
+
     /// An item that produced no group, after `took`.
     pub(super) fn record_failed_item(&mut self, took: Duration) {
         if let Some((_, metrics)) = &mut self.wandb {

@@ -88,8 +88,10 @@ pub struct ServeSummary {
     pub groups_sent: usize,
     /// Groups dropped by the group rules (size, equal scores, length).
     pub groups_dropped: usize,
-    /// Those drops per reason (`size`, `equal_scores`, `too_long`).
+    /// Those drops per reason (`size`, `equal_scores`, `too_long`, `skipped`).
     pub drops_by_reason: BTreeMap<&'static str, usize>,
+    /// Rollouts the environment's `score_group` dropped from their groups.
+    pub rollouts_dropped: usize,
     /// Failed rollout attempts per kind (each retried, or its item failed).
     pub rollout_failures: FailureCounts,
     /// Items that produced no group because a rollout kept failing, per kind.
@@ -482,6 +484,13 @@ impl<E: Environment> Loop<E> {
             Done::Discarded => return,
         };
         self.summary.rollout_failures.merge(&run.failures);
+        let c = Arc::clone(self.rt.config());
+        let dropped = match &run.result {
+            Ok(group) => run.drop_reason(group, &c, Some(self.session.length_limit())),
+            Err(_) => None,
+        };
+        self.summary.rollouts_dropped += run.rollouts_dropped;
+        self.log.record_rollouts_dropped(run.rollouts_dropped);
         let group = match run.result {
             Ok(group) => group,
             Err(failed) => {
@@ -489,12 +498,6 @@ impl<E: Environment> Loop<E> {
                 return;
             }
         };
-        let c = Arc::clone(self.rt.config());
-        let dropped = group.drop_reason(
-            c.group_size.max(1) as usize,
-            c.ensure_scores_are_not_same,
-            Some(self.session.length_limit()),
-        );
         self.log.record_group(&group, &run.failures, took, dropped);
         self.log.keep_rollouts(run.rollouts);
         if let Some(reason) = dropped {
