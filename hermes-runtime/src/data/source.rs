@@ -46,9 +46,9 @@ pub fn split_config<'a>(
     }
 }
 
-/// Finds `split` of `config` of `name`: an existing file (split and config are ignored), an
-/// existing directory (its `README.md` card's configs, else split by file names), else a hub
-/// dataset id (`NAME:CONFIG` names the config too).
+/// Finds `split` of `config` of `name`: an existing file (split ignored, a config ignored with
+/// one WARN), an existing directory (its `README.md` card's configs, else split by file names),
+/// else a hub dataset id (`NAME:CONFIG` names the config too).
 pub async fn locate(
     name: &str,
     config: Option<&str>,
@@ -58,6 +58,12 @@ pub async fn locate(
     let path = Path::new(name);
     if path.is_file() {
         let format = Format::of(name).ok_or_else(|| DataError::Format(path.to_owned()))?;
+        if let Some(asked) = config.filter(|c| !c.is_empty()) {
+            tracing::warn!(
+                "dataset {name}: config '{asked}' ignored: a single file has no configs \
+                 (--env.dataset_config names a config of a hub dataset or a card's directory)"
+            );
+        }
         return Ok(Located {
             files: vec![(path.to_owned(), format)],
             source: name.to_owned(),
