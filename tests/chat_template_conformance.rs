@@ -12,12 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use hermes_env::testing::{Reply, Script, ScriptedServer};
 use hermes_runtime::atropos::tokenize::tokenize_for_trainer;
-use hermes_runtime::llm::{
-    ChatBackend, ChatRequest, ChatTokenizer, GenerateClient, ManagedSession, Message, Phase2,
-    RetryPolicy, Split, ToolSchema,
-};
+use hermes_runtime::llm::{ChatTokenizer, Message, ToolSchema};
 use serde_json::{Map, Value};
 
 const TEMPLATES: [&str; 10] = [
@@ -302,42 +298,13 @@ async fn phase1_and_phase2_produce_identical_prompt_tokens() {
     ] {
         let conv = conversation(name);
         let tok = Arc::new(tokenizer(template, &Map::new()));
-        let server = ScriptedServer::start(Script::new(vec![Reply::text("Done.")]))
-            .await
-            .unwrap();
-        let config = hermes_runtime::config::ApiServerConfig {
-            base_url: Some(server.base_url()),
-            server_type: hermes_runtime::config::ServerType::Vllm,
-            ..Default::default()
-        };
-        let phase2 = Phase2 {
-            client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
-            tokenizer: Arc::clone(&tok),
-            parser: hermes_runtime::parsers::get("hermes").unwrap(),
-            preserve_think_blocks: true,
-            mask_truncated_turns: false,
-        };
-        let session = ManagedSession::new(&phase2);
-        let request = ChatRequest {
-            messages: conv.messages.clone(),
-            tools: conv.tools.clone(),
-            n: 1,
-            temperature: 1.0,
-            max_tokens: None,
-            extra_body: Default::default(),
-            split: Split::Train,
-        };
-        session.chat(&request).await.unwrap();
-        let node = session.nodes().last().unwrap().clone();
-        let prompt_len = node
-            .masked_tokens
-            .iter()
-            .take_while(|&&m| m == -100)
-            .count();
-        let phase2_prompt: Vec<i64> = node.tokens[..prompt_len]
-            .iter()
-            .map(|&t| i64::from(t))
-            .collect();
+        let phase2_prompt: Vec<i64> =
+            common::phase2_prompt(Arc::clone(&tok), conv.messages.clone(), conv.tools.clone())
+                .await
+                .unwrap()
+                .into_iter()
+                .map(i64::from)
+                .collect();
 
         let mut chat = conv.messages.clone();
         chat.push(Message::assistant("Done."));

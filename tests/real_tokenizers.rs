@@ -20,12 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use hermes_env::testing::{Reply, Script, ScriptedServer};
 use hermes_runtime::atropos::tokenize::{tokenize_for_trainer, tokenize_rollout, CutTurns};
-use hermes_runtime::llm::{
-    ChatBackend, ChatRequest, ChatTokenizer, GenerateClient, ManagedSession, Message, Phase2,
-    RetryPolicy, Split, ToolSchema,
-};
+use hermes_runtime::llm::{ChatTokenizer, Message, ToolSchema};
 use serde_json::{json, Map, Value};
 
 /// Each variant (a model directory) and its family.
@@ -367,47 +363,16 @@ async fn check_phase2(family: &str) -> usize {
                 continue;
             };
             let tok = tokenizer(variant, &conv.kwargs);
-            let server = ScriptedServer::start(Script::new(vec![Reply::text("Done.")]))
-                .await
-                .unwrap();
-            let config = hermes_runtime::config::ApiServerConfig {
-                base_url: Some(server.base_url()),
-                server_type: hermes_runtime::config::ServerType::Vllm,
-                ..Default::default()
-            };
-            let phase2 = Phase2 {
-                client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
-                tokenizer: Arc::clone(&tok),
-                parser: hermes_runtime::parsers::get("hermes").unwrap(),
-                preserve_think_blocks: true,
-                mask_truncated_turns: false,
-            };
-            let session = ManagedSession::new(&phase2);
-            let request = ChatRequest {
-                messages: conv.messages.clone(),
-                tools: conv.tools.clone(),
-                n: 1,
-                temperature: 1.0,
-                max_tokens: None,
-                extra_body: Default::default(),
-                split: Split::Train,
-            };
-            session
-                .chat(&request)
-                .await
-                .unwrap_or_else(|e| panic!("{variant}/{}: {e}", conv.name));
-            let node = session.nodes().last().unwrap().clone();
-            let prompt_len = node
-                .masked_tokens
-                .iter()
-                .take_while(|&&m| m == -100)
-                .count();
+            let prompt =
+                common::phase2_prompt(Arc::clone(&tok), conv.messages.clone(), conv.tools.clone())
+                    .await
+                    .unwrap_or_else(|e| panic!("{variant}/{}: {e}", conv.name));
             let bos = tok.bos_id();
             let doubled_bos = PHASE2_DOUBLED_BOS.contains(variant)
                 && bos.is_some_and(|b| want.len() >= 2 && want[..2] == [b, b]);
             doubled += usize::from(doubled_bos);
             assert_eq!(
-                node.tokens[..prompt_len],
+                prompt[..],
                 want[usize::from(doubled_bos)..],
                 "{variant}/{}: the Phase 2 prompt is transformers' prompt",
                 conv.name

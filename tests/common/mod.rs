@@ -333,3 +333,47 @@ pub fn ensure_debian_package(binary: &str, package: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The prompt tokens Phase 2 sends to `/generate` for `messages` and `tools`: one managed
+/// session against a scripted vLLM server, its node's masked prefix.
+pub async fn phase2_prompt(
+    tokenizer: Arc<hermes_runtime::llm::ChatTokenizer>,
+    messages: Vec<Message>,
+    tools: Arc<[hermes_runtime::llm::ToolSchema]>,
+) -> Result<Vec<u32>, hermes_runtime::llm::LlmError> {
+    use hermes_env::testing::{Reply, Script};
+    use hermes_runtime::llm::{ChatBackend, ChatRequest, GenerateClient, ManagedSession, Phase2};
+    let server = ScriptedServer::start(Script::new(vec![Reply::text("Done.")]))
+        .await
+        .unwrap();
+    let config = ApiServerConfig {
+        base_url: Some(server.base_url()),
+        server_type: hermes_runtime::config::ServerType::Vllm,
+        ..Default::default()
+    };
+    let phase2 = Phase2 {
+        client: GenerateClient::new(&[config], RetryPolicy::default()).unwrap(),
+        tokenizer,
+        parser: hermes_runtime::parsers::get("hermes").unwrap(),
+        preserve_think_blocks: true,
+        mask_truncated_turns: false,
+    };
+    let session = ManagedSession::new(&phase2);
+    let request = ChatRequest {
+        messages,
+        tools,
+        n: 1,
+        temperature: 1.0,
+        max_tokens: None,
+        extra_body: Default::default(),
+        split: Split::Train,
+    };
+    session.chat(&request).await?;
+    let node = session.nodes().last().unwrap().clone();
+    let prompt_len = node
+        .masked_tokens
+        .iter()
+        .take_while(|&&m| m == -100)
+        .count();
+    Ok(node.tokens[..prompt_len].to_vec())
+}
