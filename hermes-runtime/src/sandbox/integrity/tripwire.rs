@@ -37,6 +37,11 @@ pub const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ld.so.preload",
     "/etc/ld.so.conf",
     "/etc/python3",
+    // Python reads `pyvenv.cfg` beside its executable or one level up: `home = DIR` there
+    // moves the standard library to DIR's tree, for every interpreter, `-I` included.
+    "/usr/pyvenv.cfg",
+    "/usr/local/pyvenv.cfg",
+    "/pyvenv.cfg",
 ];
 
 /// Paths the container engine itself adds (the `--init` binary), never the agent's.
