@@ -182,6 +182,15 @@ fn the_mcp_sdk_client_drives_episodes_to_their_rewards() {
             "{name} not listed: {first}"
         );
     }
+    // Arguments a tool cannot use get the tool's own answer, as in a rollout.
+    assert_eq!(first["invalid"]["is_error"], false, "{first}");
+    assert!(
+        first["invalid"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("exit_code"),
+        "{first}"
+    );
     assert_eq!(first["write"]["is_error"], false, "{first}");
     assert!(
         first["read"]["text"]
@@ -524,4 +533,25 @@ asyncio.run(main())
             .contains("the grader is down"),
         "{failed}"
     );
+}
+
+/// Tampering is the model's outcome: scored `tampered_reward` with `outcome: tampered`, as in
+/// the other modes. A process left running past the agent phase trips a wire.
+#[test]
+fn a_tampered_episode_is_scored_tampered_reward() {
+    let server = Server::start(&["--env.tampered_reward", "-1"]);
+    let out = python(
+        &server.url,
+        r#"
+async def main():
+    async with Client(URL) as c:
+        await tool(c, "terminal", {"command":
+            "printf 'Hello from Hermes Agent' > ~/greeting.txt; setsid nohup sleep 300 >/dev/null 2>&1 & echo started"})
+        show(verdict=await tool(c, "submit", {"answer": "done"}))
+asyncio.run(main())
+"#,
+    );
+    let verdict = &out[0]["verdict"]["structured"];
+    assert_eq!(verdict["reward"].as_f64(), Some(-1.0), "{verdict}");
+    assert_eq!(verdict["outcome"], "tampered", "{verdict}");
 }
