@@ -265,6 +265,7 @@ fn client_mid_episode(url: &str) -> (Child, BufReader<std::process::ChildStdout>
         .args(["-c", &format!("URL = {url:?}\n{PRELUDE}\n{MID_EPISODE}")])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("python");
     let mut out = BufReader::new(client.stdout.take().unwrap());
@@ -287,7 +288,11 @@ fn a_session_deleted_mid_episode_leaves_no_sandbox() {
     let mut line = String::new();
     out.read_line(&mut line).expect("read");
     assert_eq!(line.trim(), r#"{"left": "delete"}"#);
-    assert!(client.wait().expect("wait").success());
+    let done = client.wait_with_output().expect("wait");
+    assert!(done.status.success());
+    // The SDK counts only 200 and 204 as a terminated session (and warns otherwise).
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
     server.assert_no_sandbox_within(Duration::from_secs(10));
 }
 
@@ -554,4 +559,110 @@ asyncio.run(main())
     let verdict = &out[0]["verdict"]["structured"];
     assert_eq!(verdict["reward"].as_f64(), Some(-1.0), "{verdict}");
     assert_eq!(verdict["outcome"], "tampered", "{verdict}");
+}
+
+/// The sandbox goes at the verdict, while the session is still open.
+#[test]
+fn the_sandbox_is_removed_at_submit() {
+    let server = Server::start(&[]);
+    let mut client = Command::new(common::mcp_python())
+        .args([
+            "-c",
+            &format!(
+                "URL = {:?}\n{PRELUDE}\n{}",
+                server.url,
+                r#"
+async def main():
+    async with Client(URL) as c:
+        await tool(c, "terminal", {"command": "echo hi > ~/x"})
+        show(step="worked")
+        sys.stdin.readline()
+        show(verdict=(await tool(c, "submit", {"answer": "done"}))["structured"])
+        sys.stdin.readline()
+asyncio.run(main())
+"#
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), r#"{"step": "worked"}"#);
+    assert_eq!(server.scratch_dirs().len(), 1);
+    writeln!(client.stdin.as_mut().unwrap(), "submit").unwrap();
+    line.clear();
+    out.read_line(&mut line).expect("read");
+    let verdict: Value = serde_json::from_str(line.trim()).expect("JSON");
+    assert_eq!(verdict["verdict"]["done"], true, "{verdict}");
+    // The session is still open: only the verdict removed the sandbox.
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
+    );
+    writeln!(client.stdin.as_mut().unwrap(), "bye").unwrap();
+    assert!(client.wait().expect("wait").success());
+}
+
+/// A session past `--session-lifetime` loses its episode and sandbox; later calls say why.
+#[test]
+fn a_session_ends_at_its_lifetime() {
+    let server = Server::start(&["--session-lifetime", "2"]);
+    let out = python(
+        &server.url,
+        r#"
+async def main():
+    async with Client(URL) as c:
+        await tool(c, "terminal", {"command": "echo hi > ~/x"})
+        await asyncio.sleep(3)
+        show(late=await tool(c, "terminal", {"command": "true"}))
+asyncio.run(main())
+"#,
+    );
+    let late = &out[0]["late"];
+    assert_eq!(late["is_error"], true, "{late}");
+    assert_eq!(late["structured"]["error_type"], "session_ended", "{late}");
+    assert!(
+        late["text"]
+            .as_str()
+            .unwrap()
+            .contains("--session-lifetime"),
+        "{late}"
+    );
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
+    );
+}
+
+/// The sandbox failing under the verifier is a tool error with outcome `sandbox`, no reward.
+#[test]
+fn a_sandbox_failure_while_verifying_is_an_error_not_a_reward() {
+    let server = Server::start(&[]);
+    let out = python(
+        &server.url,
+        r#"
+async def main():
+    async with Client(URL) as c:
+        await tool(c, "terminal", {"command": "cd /; rm -rf \"$HOME\"; echo gone"})
+        show(verdict=await tool(c, "submit", {"answer": "done"}))
+asyncio.run(main())
+"#,
+    );
+    let verdict = &out[0]["verdict"];
+    assert_eq!(verdict["is_error"], true, "{verdict}");
+    assert!(verdict["structured"].get("reward").is_none(), "{verdict}");
+    assert_eq!(verdict["structured"]["done"], true, "{verdict}");
+    assert_eq!(verdict["structured"]["outcome"], "sandbox", "{verdict}");
+    assert!(
+        verdict["text"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox failure"),
+        "{verdict}"
+    );
 }
