@@ -30,7 +30,10 @@ impl Server {
             .args(["mcp", "--port", "0"])
             // The serving flags first: the `--env.*` flags end the command line.
             .args(extra)
-            .args(["--env.terminal_backend", "local"])
+            .args(match extra.contains(&"--env.terminal_backend") {
+                true => &[][..],
+                false => &["--env.terminal_backend", "local"][..],
+            })
             .env("TMPDIR", tmp.path())
             .stdout(Stdio::piped())
             .stderr(log.reopen().expect("log file"))
@@ -294,6 +297,33 @@ fn a_session_deleted_mid_episode_leaves_no_sandbox() {
     let stderr = String::from_utf8_lossy(&done.stderr);
     assert!(!stderr.contains("Session termination failed"), "{stderr}");
     server.assert_no_sandbox_within(Duration::from_secs(10));
+}
+
+#[test]
+fn a_session_deleted_mid_episode_leaves_no_container() {
+    common::docker::require_docker();
+    let server = Server::start(&["--env.terminal_backend", "docker"]);
+    let (mut client, mut out) = client_mid_episode(&server.url);
+    let pid = server.child.id();
+    assert_eq!(
+        common::docker::sandbox_states_of(pid),
+        ["running"],
+        "the episode's container runs while the episode does"
+    );
+    writeln!(client.stdin.as_mut().unwrap(), "delete").unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), r#"{"left": "delete"}"#);
+    client.wait().expect("wait");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !common::docker::sandbox_states_of(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        common::docker::sandbox_states_of(pid),
+        Vec::<String>::new(),
+        "container left behind"
+    );
 }
 
 #[test]
