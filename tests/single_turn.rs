@@ -91,7 +91,7 @@ impl SandboxVerifier {
 fn alternating() -> impl Policy {
     let k = AtomicUsize::new(0);
     move |_: &Value| {
-        let right = k.fetch_add(1, Ordering::Relaxed) % 2 == 0;
+        let right = k.fetch_add(1, Ordering::Relaxed).is_multiple_of(2);
         Reply::text(if right { "2 + 2 = 4. #### 4" } else { "#### 5" })
     }
 }
@@ -260,7 +260,11 @@ async fn one_choice_server() -> (String, Arc<AtomicUsize>) {
         post(move |axum::Json(_body): axum::Json<Value>| {
             let k = seen.fetch_add(1, Ordering::Relaxed);
             async move {
-                let content = if k % 2 == 0 { "#### 4" } else { "#### 5" };
+                let content = if k.is_multiple_of(2) {
+                    "#### 4"
+                } else {
+                    "#### 5"
+                };
                 axum::Json(json!({
                     "id": format!("c{k}"), "object": "chat.completion", "model": "m",
                     "choices": [{"index": 0, "finish_reason": "stop",
