@@ -167,6 +167,13 @@ fn settings(args: TokenStream, errors: &mut Errors) -> Settings {
                         "`toolsets` must be an array of string literals, e.g. `toolsets = [\"terminal\", \"file\"]`",
                     );
                 }
+                if name == "mcp_servers" && !matches!(value, Expr::Array(_)) {
+                    errors.spanned(
+                        &value,
+                        "`mcp_servers` must be an array of MCP server declarations, e.g. \
+                         `mcp_servers = [McpServer::stdio(\"files\", \"python3\", [\"server.py\"])]`",
+                    );
+                }
                 settings.shared.push(SharedDefault {
                     field: Ident::new(target, key.span()),
                     value,

@@ -238,6 +238,16 @@ pub fn openenv_python() -> PathBuf {
     )
 }
 
+/// A Python with the official MCP SDK (`mcp` 1.x, whose FastMCP serves stdio and Streamable
+/// HTTP) in `target/mcp-venv`.
+pub fn mcp_python() -> PathBuf {
+    python_venv(
+        "mcp-venv",
+        &["mcp>=1.20,<2"],
+        "from mcp.server.fastmcp import FastMCP",
+    )
+}
+
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     python_venv_steps(name, &[packages], probe)
 }
