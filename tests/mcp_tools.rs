@@ -313,3 +313,35 @@ async fn a_streamable_http_server_declared_by_flag_serves_with_headers_from_the_
     assert_eq!(report.reward, 1.0);
     drop(server);
 }
+
+/// A server that cannot start stops the run before any rollout, with one line naming it; so
+/// does a header whose variable is unset.
+#[tokio::test]
+async fn a_server_that_cannot_start_stops_the_run_with_its_name() {
+    let start = |servers: serde_json::Value| async move {
+        Kit::<McpTools>::builder()
+            .policy(Script::new([Reply::text("unused")]))
+            .arg("--env.mcp_servers", &servers.to_string())
+            .start()
+            .await
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let missing = start(json!([{"name": "nope", "command": "/nonexistent/mcp-server"}])).await;
+    assert!(
+        missing.starts_with(
+            "MCP server 'nope' could not be started: cannot run '/nonexistent/mcp-server'"
+        ),
+        "{missing}"
+    );
+    let unset = start(json!([{"name": "web", "url": "http://127.0.0.1:9/mcp",
+        "headers_from_env": {"Authorization": "HERMES_MCP_UNSET_VAR"}}]))
+    .await;
+    assert_eq!(
+        unset,
+        "MCP server 'web' could not be started: header Authorization reads $HERMES_MCP_UNSET_VAR, which is not set"
+    );
+    let both = start(json!([{"name": "x", "command": "a", "url": "http://b"}])).await;
+    assert!(both.contains("has both `command` and `url`"), "{both}");
+}

@@ -268,10 +268,7 @@ impl Connection {
                     ().serve(transport).await.map_err(|e| e.to_string())
                 })
                 .await?
-                .map_err(|message| McpError::Crashed {
-                    server: spec.name.clone(),
-                    message,
-                })?;
+                .map_err(|e| start(format!("initialize: {e}")))?;
                 (service, group)
             }
             (_, Some(url)) => {
@@ -299,10 +296,7 @@ impl Connection {
                     ().serve(transport).await.map_err(|e| e.to_string())
                 })
                 .await?
-                .map_err(|message| McpError::Crashed {
-                    server: spec.name.clone(),
-                    message,
-                })?;
+                .map_err(|e| start(format!("initialize: {e}")))?;
                 (service, None)
             }
             _ => return Err(McpError::Invalid(spec.problem().unwrap_or_default())),
