@@ -1,7 +1,7 @@
 use hermes_env::prelude::*;
 
-// `mcp_servers` takes an array of declarations; a lone one is refused at its span, and so is
-// a name where a declaration belongs (no shorthand guesses what command it meant).
+// `mcp_servers` takes an array of declarations; a lone one is refused at its span (a name in
+// place of a declaration is a type error: mcp_servers_wrong_type).
 #[hermes_env(mcp_servers = McpServer::stdio("files", "python3", ["server.py"]))]
 pub struct MyEnv {}
 
