@@ -32,7 +32,9 @@
 
 pub use hermes_macros::{hermes_env, hooks};
 pub use hermes_runtime::agent::{AgentResult, ToolError};
-pub use hermes_runtime::config::{DefaultServer, EvalHandling, HermesEnvConfig, ServerType};
+pub use hermes_runtime::config::{
+    DefaultServer, EvalHandling, HermesEnvConfig, McpServer, ServerType,
+};
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
 pub use hermes_runtime::env::{
     EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
@@ -83,8 +85,9 @@ pub mod tools {
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        hermes_env, AgentResult, DefaultServer, Environment, EvalSample, Message, Metrics,
-        ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout, TerminalOutput, ToolContext,
+        hermes_env, AgentResult, DefaultServer, Environment, EvalSample, McpServer, Message,
+        Metrics, ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout, TerminalOutput,
+        ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     // The traits from serde, the derives from hermes-macros (serde's own derives need the

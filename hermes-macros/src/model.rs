@@ -94,6 +94,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "web_base_url",
     "docker_hosts",
     "max_containers_per_host",
+    "mcp_servers",
 ];
 
 /// A checked `#[hermes_env]` struct.

@@ -167,6 +167,13 @@ fn settings(args: TokenStream, errors: &mut Errors) -> Settings {
                         "`toolsets` must be an array of string literals, e.g. `toolsets = [\"terminal\", \"file\"]`",
                     );
                 }
+                if name == "mcp_servers" && !matches!(value, Expr::Array(_)) {
+                    errors.spanned(
+                        &value,
+                        "`mcp_servers` must be an array of MCP server declarations, e.g. \
+                         `mcp_servers = [McpServer::stdio(\"files\", \"python3\", [\"server.py\"])]`",
+                    );
+                }
                 settings.shared.push(SharedDefault {
                     field: Ident::new(target, key.span()),
                     value,
@@ -777,6 +784,16 @@ mod tests {
         assert_eq!(env_errors(quote!(toolsets = "terminal"), quote!(struct S {})), [
             "`toolsets` must be an array of string literals, e.g. `toolsets = [\"terminal\", \"file\"]`"
         ]);
+        assert_eq!(env_errors(quote!(mcp_servers = McpServer::http("s", "http://x")), quote!(struct S {})), [
+            "`mcp_servers` must be an array of MCP server declarations, e.g. `mcp_servers = [McpServer::stdio(\"files\", \"python3\", [\"server.py\"])]`"
+        ]);
+        assert!(env_errors(
+            quote!(mcp_servers = [servers()]),
+            quote!(
+                struct S {}
+            )
+        )
+        .is_empty());
         assert_eq!(
             env_errors(
                 quote!(main),

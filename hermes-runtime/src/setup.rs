@@ -8,6 +8,7 @@ use tracing::{info, warn};
 
 use crate::config::{HermesEnvConfig, ResolvedConfig};
 use crate::env::Environment;
+use crate::tools::mcp::McpServers;
 use crate::tools::{DistributionSampler, GroupTools, ToolRegistry, ToolSet, WebChoice};
 
 /// Constructs the environment from the merged config, runs its `setup` hook and resolves the
@@ -20,8 +21,34 @@ pub async fn build_env<E: Environment>(
     env.setup().await.context("setup hook failed")?;
     let mut registry = ToolRegistry::builtin();
     env.register_tools(&mut registry);
-    let (tools, distribution) = resolve_tools(&cfg.env, registry)?;
+    let mut shared_cfg = cfg.env.clone();
+    if let Some(specs) = cfg.env.mcp_servers.as_deref().filter(|s| !s.is_empty()) {
+        let servers = McpServers::start(specs).await?;
+        servers.register(&mut registry);
+        offer_mcp_toolsets(&mut shared_cfg, &servers.names());
+    }
+    let (tools, distribution) = resolve_tools(&shared_cfg, registry)?;
     Ok((env, shared, tools, distribution))
+}
+
+/// Declaring an MCP server is asking for its tools: with an explicit `enabled_toolsets`, the
+/// servers' toolsets join it (said once); `disabled_toolsets` can still remove them.
+fn offer_mcp_toolsets(env: &mut HermesEnvConfig, servers: &[&str]) {
+    if let Some(enabled) = env.enabled_toolsets.as_mut() {
+        let added: Vec<&str> = servers
+            .iter()
+            .copied()
+            .filter(|s| !enabled.iter().any(|e| e == s || e == "mcp"))
+            .collect();
+        if !added.is_empty() {
+            info!(
+                "enabled_toolsets: the MCP servers' toolsets {} are offered too (declared in \
+                 mcp_servers; name them in disabled_toolsets to hide them)",
+                added.join(", ")
+            );
+            enabled.extend(added.iter().map(|s| (*s).to_owned()));
+        }
+    }
 }
 
 /// The run's tools: `registry` (plus the configured web backend), the tools of

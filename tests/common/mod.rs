@@ -248,6 +248,16 @@ pub fn mcp_python() -> PathBuf {
     )
 }
 
+/// A Python with the MCP SDK's 1.x line (`mcp` < 2, whose FastMCP serves stdio and Streamable
+/// HTTP; 2.x renamed it) in `target/fastmcp-venv`, for the MCP servers environments use.
+pub fn fastmcp_python() -> PathBuf {
+    python_venv(
+        "fastmcp-venv",
+        &["mcp>=1.20,<2"],
+        "from mcp.server.fastmcp import FastMCP",
+    )
+}
+
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     python_venv_steps(name, &[packages], probe)
 }

@@ -209,6 +209,12 @@ impl AgentLoop<'_> {
             }
             self.enforce_turn_budget(&mut result.messages[first_result..], &calls, &mut persisted)
                 .await;
+            if let Some(failure) = self.sandbox.tool_server_failure() {
+                // The rollout is an infrastructure failure already: more turns would only
+                // spend inference on a conversation nobody trains on.
+                debug!("rollout stops after turn {}: {failure}", turn + 1);
+                return (result, Ending::Finished);
+            }
         }
         (result, Ending::Finished)
     }

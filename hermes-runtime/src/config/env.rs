@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::flags::{FlagShape, FlagType, ScalarKind};
+use super::mcp::McpServer;
 use super::section::config_section;
 
 /// What happens to training while an evaluation runs in `serve` mode.
@@ -262,6 +263,8 @@ config_section! {
         /// Sandboxes alive at once on each of the docker_hosts (0 = the daemon's memory divided by container_memory_mb, at least its CPU count; no limit when container_memory_mb is 0).
         #[range(0, 1_000_000)]
         max_containers_per_host: i64 = 0,
+        /// MCP servers whose tools are offered next to the built-in ones, e.g. [{"name": "files", "command": "python3", "args": ["server.py"], "env": ["PATH"]}, {"name": "search", "url": "http://127.0.0.1:8000/mcp", "headers_from_env": {"Authorization": "SEARCH_AUTH"}}]: tools `mcp__<name>__<tool>`, toolset `<name>`; a stdio child gets only the listed environment; a server failure fails the rollout (never a reward). Started once per run, stopped at its end.
+        mcp_servers: Option<Vec<McpServer>> = None,
     }
 }
 

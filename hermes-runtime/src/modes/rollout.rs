@@ -532,6 +532,10 @@ pub(crate) async fn settle<E: Environment>(
     tools: &Arc<ToolSet>,
     armed: &Armed,
 ) -> (f64, RewardOutcome) {
+    if let Some(message) = sandbox.tool_server_failure() {
+        let message = format!("a tool server failed during the rollout: {message}");
+        return (0.0, RewardOutcome::SandboxFailure { message });
+    }
     if let Some(message) = sandbox.infra_failure() {
         let message = format!("sandbox failed during the rollout: {message}");
         return (0.0, RewardOutcome::SandboxFailure { message });

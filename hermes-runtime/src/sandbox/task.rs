@@ -23,6 +23,9 @@ pub struct TaskSandbox {
     /// model's to write).
     own: Mutex<Vec<OwnProcess>>,
     failure: FailureRecord,
+    /// The first failure of a tool server (an MCP server that crashed, hung or broke the
+    /// protocol) met by this rollout's tool calls.
+    tool_server_failure: OnceLock<String>,
 }
 
 /// Most background-process records kept per rollout; past it the oldest is forgotten (were it
@@ -49,6 +52,7 @@ impl TaskSandbox {
             tool_state: AtomicBool::new(false),
             own: Mutex::new(Vec::new()),
             failure: Arc::new(OnceLock::new()),
+            tool_server_failure: OnceLock::new(),
         }
     }
 
@@ -122,7 +126,21 @@ impl TaskSandbox {
     /// The first infrastructure failure any user of this sandbox met (creation, a daemon
     /// error, a vanished container), if any: the rollout is then a sandbox failure.
     pub fn infra_failure(&self) -> Option<&str> {
-        self.failure.get().map(String::as_str)
+        self.failure
+            .get()
+            .or(self.tool_server_failure.get())
+            .map(String::as_str)
+    }
+
+    /// Records that a tool server failed under a tool call (the first failure is kept): the
+    /// rollout is then an infrastructure failure, never a reward.
+    pub fn record_tool_server_failure(&self, message: String) {
+        let _ = self.tool_server_failure.set(message);
+    }
+
+    /// The first tool-server failure recorded, if any.
+    pub fn tool_server_failure(&self) -> Option<&str> {
+        self.tool_server_failure.get().map(String::as_str)
     }
 
     /// True once the sandbox exists.

@@ -4,6 +4,7 @@
 pub mod budget;
 mod distributions;
 mod files;
+pub mod mcp;
 mod patch;
 mod process;
 mod search;
