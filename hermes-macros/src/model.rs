@@ -89,6 +89,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "shutdown_grace",
     "outbox_spool_dir",
     "outbox_spool_max_mb",
+    "checkpoint_dir",
     "eval_temperature",
     "web_base_url",
     "docker_hosts",
