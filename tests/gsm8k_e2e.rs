@@ -210,7 +210,7 @@ fn model(answer: fn(usize, u64) -> String) -> impl Policy {
 
 /// Right on even tries, wrong on odd ones, with thinking first.
 fn mixed(k: usize, gold: u64) -> String {
-    let answer = if k % 2 == 0 { gold } else { gold + 1 };
+    let answer = if k.is_multiple_of(2) { gold } else { gold + 1 };
     format!("<think>\nTom had some apples and bought 1000 more, so I add them.\n</think>\nHe has \\boxed{{{answer}}} apples.")
 }
 
