@@ -164,10 +164,13 @@ impl SwePytest {
     ) -> Result<f64> {
         // Tests, the solution and the report live in a directory made now under a random name,
         // which the agent cannot have prepared; only solution.py is copied in (nothing else of
-        // the workspace reaches the import path), and pytest takes its config from there.
+        // the workspace reaches the import path), and pytest takes its config from there. The
+        // tests call the solution through `hermes_call`, in child interpreters: pytest never
+        // imports it, so it cannot patch the runner that judges it.
         let dir = ctx.fresh_dir().await?;
         let tests = hidden_tests(item);
         ctx.upload_dir(&tests, &dir).await?;
+        ctx.write_call_harness(&dir).await?;
         ctx.write_file(&format!("{dir}/pytest.ini"), "[pytest]\n")
             .await?;
         let copied = ctx
@@ -177,18 +180,24 @@ impl SwePytest {
             return Ok(0.0);
         }
         let out = ctx
-            .terminal_with_timeout(
+            .terminal_isolated(
                 &format!(
-                    "cd {dir} && PYTHONHASHSEED=0 python3 -m pytest -q -p no:cacheprovider \
+                    "cd {dir} && PYTHONHASHSEED=0 python3 -I -m pytest -q -p no:cacheprovider \
                      -c {dir}/pytest.ini --rootdir {dir} --junitxml {dir}/report.xml {dir}"
                 ),
                 Duration::from_secs(self.verify_timeout.max(1) as u64),
             )
             .await?;
-        // pytest exits 0 (all passed) or 1 (some failed); anything else is no result, and
-        // its printed summary is never trusted (the solution's own code can print one).
+        // pytest exits 0 (all passed) or 1 (some failed); the solution's failures (even one
+        // that cannot be imported) are failed tests, so anything else — a run killed, hung or
+        // broken — has no verdict: a verifier failure, never a reward. Its printed summary is
+        // never trusted (the solution's own code can print one).
+        if let Some(why) = out.abnormal_end() {
+            bail!("the pytest run ended abnormally ({why})");
+        }
         if !matches!(out.exit_code, 0 | 1) {
-            return Ok(0.0);
+            let last = out.output.lines().last().unwrap_or_default();
+            bail!("pytest exited with {}: {last}", out.exit_code);
         }
         let Ok(xml) = ctx.read_file(&format!("{dir}/report.xml")).await else {
             return Ok(0.0);

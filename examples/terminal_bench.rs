@@ -285,7 +285,7 @@ impl TerminalBench {
         }
         ctx.upload_dir(item.dir.join("tests"), tests).await?;
         let run = ctx
-            .terminal_with_timeout(
+            .terminal_isolated(
                 &format!(
                     "chmod +x {tests_sh}/test.sh; TESTS_DIR={tests_sh} LOGS_DIR={logs_sh} \
                      bash {tests_sh}/test.sh"
@@ -293,8 +293,13 @@ impl TerminalBench {
                 Duration::from_secs(self.test_timeout.max(1) as u64),
             )
             .await?;
-        if let Some(e) = &run.error {
-            eprintln!("terminal-bench: {}: {e}", item.task_name);
+        // Code the tests run is the model's: it may write the reward file and then kill or
+        // hang the run. Only a run that ended on its own has a verdict.
+        if let Some(why) = run.abnormal_end() {
+            bail!(
+                "the verifier run of {} ended abnormally ({why}): its reward file is not trusted",
+                item.task_name
+            );
         }
         let reward_txt = ctx.read_file(&format!("{logs}/reward.txt")).await.ok();
         // Keep the verifier's logs next to the eval results.

@@ -165,8 +165,9 @@ async fn score_group_reshapes_drops_and_skips_in_a_process_run() {
             .await
             .unwrap();
     }
-    // Three items, three rollouts each, one request each: the skipped group was not re-run.
-    assert_eq!(server.request_count(), 9);
+    // Three items, one request with n = 3 each (single-turn groups): the skipped group was
+    // not re-run.
+    assert_eq!(server.request_count(), 3);
     let groups = lines(&jsonl);
     assert_eq!(groups.len(), 2, "the skipped group is not written");
     for g in &groups {

@@ -790,3 +790,92 @@ asyncio.run(main())
         assert!(error.contains("EXECUTION_ERROR"), "{error}");
     }
 }
+
+/// The turn limit is a forced stop: the call that uses the last turn (`--env.max_agent_turns`)
+/// runs the verifier, and its observation carries the reward and `done`; a later step is
+/// refused.
+#[test]
+fn the_call_that_uses_the_last_turn_is_verified() {
+    let server = Server::start(&["--env.max_agent_turns", "2"]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+async def main():
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        first = await env.step({"type": "call_tool", "tool_name": "write_file",
+                                "arguments": {"path": "~/greeting.txt", "content": "Hello from Hermes Agent"}})
+        last = await env.step({"type": "call_tool", "tool_name": "read_file",
+                               "arguments": {"path": "~/greeting.txt"}})
+        try:
+            await env.step({"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "true"}})
+            after = "accepted"
+        except RuntimeError as e:
+            after = str(e)
+        state = await env.state()
+        print(json.dumps({"first": [first.reward, first.done], "last": [last.reward, last.done],
+                          "outcome": last.observation["metadata"]["outcome"],
+                          "result": last.observation["result"], "after": after,
+                          "steps": state["step_count"]}))
+asyncio.run(main())
+"#,
+    );
+    let v = &out[0];
+    assert_eq!(v["first"], serde_json::json!([null, false]), "{v}");
+    assert_eq!(v["last"], serde_json::json!([1.0, true]), "{v}");
+    assert_eq!(v["outcome"], "scored");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .contains("Hello from Hermes Agent"),
+        "{v}"
+    );
+    assert!(
+        v["after"].as_str().unwrap().contains("VALIDATION_ERROR"),
+        "{v}"
+    );
+    assert_eq!(v["steps"], 2);
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "{:?}",
+        server.scratch_dirs()
+    );
+}
+
+/// `eval_index` in the reset options picks the item, on HTTP `/reset` and on `/ws`; a `seed`
+/// alone does not (items come from `get_next_item`), and the log says so once.
+#[test]
+fn eval_index_picks_the_item_and_a_seed_is_said_not_to() {
+    let server = Server::start(&[]);
+    let out = python(
+        &server.url,
+        r#"
+import asyncio, json, requests
+from openenv.core.generic_client import GenericEnvClient
+def task(obs): return obs["messages"][-1]["content"]
+async def main():
+    http = requests.post(URL + "/reset", json={"eval_index": 0}).json()
+    async with GenericEnvClient(base_url=URL) as env:
+        ws = await env.reset(eval_index=0)
+        seeded = [task((await env.reset(seed=7)).observation) for _ in range(2)]
+    print(json.dumps({"http": task(http["observation"]), "ws": task(ws.observation), "seeded": seeded}))
+asyncio.run(main())
+"#,
+    );
+    let v = &out[0];
+    for way in ["http", "ws"] {
+        assert!(v[way].as_str().unwrap().contains("6 * 7"), "{v}");
+    }
+    // The same seed twice: the next training items, one after the other.
+    assert_ne!(v["seeded"][0], v["seeded"][1], "{v}");
+    assert!(!v["seeded"][0].as_str().unwrap().contains("6 * 7"), "{v}");
+    let log = std::fs::read_to_string(server.log.path()).unwrap_or_default();
+    assert_eq!(
+        log.matches("`seed` does not choose an item").count(),
+        1,
+        "{log}"
+    );
+}

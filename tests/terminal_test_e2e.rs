@@ -610,3 +610,106 @@ async fn jsonl_lines_validate_against_atroposlib_models() {
     );
     assert_eq!(String::from_utf8_lossy(&check.stdout).trim(), "3");
 }
+
+/// A run killed with SIGKILL cannot clean up: its scratch root stays, and so does a daemon
+/// the agent started with a cleared environment in its own session (cwd in its home). The
+/// next local run on the host removes both, with one line saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_run_removes_what_a_sigkilled_run_left() {
+    let seconds = 200_000_000 + std::process::id() % 1_000_000;
+    let daemon = format!("sleep {seconds}");
+    let start = format!(
+        "cd ~ && nohup setsid env -i /bin/sh -c 'exec {daemon}' >/dev/null 2>&1 < /dev/null & echo started"
+    );
+    let server = ScriptedServer::start(move |request: &Value| {
+        let turns = request["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+            .unwrap_or(0);
+        let command = if turns == 0 {
+            start.clone()
+        } else {
+            "sleep 600".into()
+        };
+        Reply::tool(
+            "terminal",
+            serde_json::json!({"command": command, "timeout": 300}),
+        )
+    })
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(common::example_bin("terminal_test"))
+        .args([
+            "process",
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "1",
+            "--env.use_wandb",
+            "false",
+            "--openai.base_url",
+        ])
+        .arg(server.base_url())
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(tmp.path().join("first.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let first_log = || std::fs::read_to_string(tmp.path().join("first.log")).unwrap_or_default();
+    let daemon_pids = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == daemon)
+            })
+            .collect()
+    };
+    for _ in 0..400 {
+        if !daemon_pids().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        daemon_pids().len(),
+        1,
+        "the agent's daemon runs:\n{}\n{}",
+        first_log(),
+        std::fs::read_to_string(tmp.path().join("data/terminal-test.jsonl")).unwrap_or_default()
+    );
+    // SAFETY: killing the child we spawned.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGKILL) };
+    child.wait().await.unwrap();
+    let roots = || -> usize {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("hermes-env-"))
+            .count()
+    };
+    assert_eq!(roots(), 1, "a SIGKILLed run leaves its root");
+    assert_eq!(daemon_pids().len(), 1, "and its agent's daemon");
+
+    let next = run(
+        &["process", "--testing", "true", "--env.total_steps", "1"],
+        tmp.path(),
+    )
+    .await;
+    assert!(next.status.success(), "{}", stderr(&next));
+    // At least the daemon; the dead run's shell and its `sleep 600` may still be running too
+    // (they end on their own once their pipes close, so how many are left races).
+    let text = stderr(&next);
+    let killed: usize = text
+        .split("removed the scratch roots of 1 run(s) that ended without cleaning up (killed with SIGKILL or crashed) and killed ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no reaper line:\n{text}"));
+    assert!(killed >= 1, "{text}");
+    assert_eq!(roots(), 0, "the next run removed it");
+    assert!(daemon_pids().is_empty(), "and killed the daemon");
+}

@@ -49,6 +49,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "web_backend",
     "testing_raw_tool_calls",
     "max_agent_turns",
+    "group_requests",
     "system_prompt",
     "agent_temperature",
     "terminal_backend",

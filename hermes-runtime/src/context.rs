@@ -19,6 +19,9 @@ use crate::tools::{ToolCallContext, ToolSet};
 /// Completion token limit of [`ToolContext::judge`] (Hermes: 150).
 pub(crate) const JUDGE_MAX_TOKENS: u32 = 150;
 
+/// The Python side of [`ToolContext::write_call_harness`].
+const CALL_HARNESS: &str = include_str!("hermes_call.py");
+
 /// Default timeout of `ToolContext::terminal` (Hermes: 180 s).
 pub(crate) const REWARD_COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -37,6 +40,26 @@ impl TerminalOutput {
     /// True for exit code 0.
     pub fn success(&self) -> bool {
         self.exit_code == 0
+    }
+
+    /// Why the command did not end on its own, if it did not: it timed out, or a signal killed
+    /// it (exit code 128 + n, as the shell reports it). A verifier run that ended so has no
+    /// verdict — the code under test may have written a reward file and then killed or hung
+    /// the run — so return it as an error from `compute_reward` (a verifier failure, never a
+    /// reward) instead of reading what the run left behind.
+    pub fn abnormal_end(&self) -> Option<String> {
+        if let Some(error) = &self.error {
+            return Some(error.to_lowercase());
+        }
+        match self.exit_code {
+            129..=192 => Some(format!(
+                "killed by signal {} (exit code {})",
+                self.exit_code - 128,
+                self.exit_code
+            )),
+            code if code < 0 => Some(format!("ended without an exit status ({code})")),
+            _ => None,
+        }
     }
 }
 
@@ -189,6 +212,18 @@ impl ToolContext {
             )));
         }
         Ok(name)
+    }
+
+    /// Writes `hermes_call.py` into `dir` (a [`ToolContext::fresh_dir`] holding hidden
+    /// tests), for Python tests that must judge code they never import:
+    /// `solution = hermes_call.load("solution")`, then `solution.f(x)` runs `f` in a child
+    /// interpreter (as `nobody`, on a private copy, when the verifier runs as root) and returns
+    /// its value as JSON data. The code under test then cannot patch the test runner, its
+    /// reports or the comparison, and cannot claim equality with anything; an exception or a
+    /// hang fails the test that made the call. The testing guide has the whole contract.
+    pub async fn write_call_harness(&self, dir: &str) -> Result<(), SandboxError> {
+        self.write_file(&format!("{dir}/hermes_call.py"), CALL_HARNESS)
+            .await
     }
 
     /// Reads a file as text (invalid UTF-8 is replaced); `~` is the sandbox home.

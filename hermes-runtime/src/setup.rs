@@ -54,10 +54,9 @@ pub fn resolve_tools(
             WebChoice::Hidden(why) => warn!("{why}"),
         }
     }
-    let (tools, warnings) = registry.resolve(
-        env.enabled_toolsets.as_deref(),
-        env.disabled_toolsets.as_deref(),
-    )?;
+    let enabled = enabled_toolsets(env);
+    let (tools, warnings) =
+        registry.resolve(enabled.as_deref(), env.disabled_toolsets.as_deref())?;
     for w in warnings {
         warn!("{w}");
     }
@@ -73,13 +72,34 @@ pub fn resolve_tools(
         }
         None => {
             if env.enabled_toolsets.is_none() {
-                warn!(
-                    "no enabled_toolsets configured: offering every available tool ({})",
-                    tools.names().join(", ")
+                info!(
+                    "no toolsets declared: the model is offered no tools (requests carry no \
+                     tools or tool_choice); set --env.enabled_toolsets '[\"all\"]' to offer every \
+                     available tool, as upstream's null did"
                 );
             }
             None
         }
     };
     Ok((tools, distribution))
+}
+
+/// The toolsets to resolve: none when none are declared (a single-turn environment offers
+/// no tools, and a server without tool support refuses `tool_choice`), every one (`None`)
+/// for `["all"]`.
+fn enabled_toolsets(env: &HermesEnvConfig) -> Option<Vec<String>> {
+    match &env.enabled_toolsets {
+        None => Some(Vec::new()),
+        Some(sets) if sets.iter().any(|s| s == ALL_TOOLSETS) => None,
+        Some(sets) => Some(sets.clone()),
+    }
+}
+
+/// The toolset name that offers every available tool.
+pub const ALL_TOOLSETS: &str = "all";
+
+/// True when the config offers the model tools: toolsets are declared (other than an empty
+/// list) or drawn from a distribution. The plan reads it before any tool is registered.
+pub fn offers_tools(env: &HermesEnvConfig) -> bool {
+    env.distribution.is_some() || env.enabled_toolsets.as_ref().is_some_and(|t| !t.is_empty())
 }

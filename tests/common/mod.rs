@@ -238,6 +238,16 @@ pub fn openenv_python() -> PathBuf {
     )
 }
 
+/// A Python with the official MCP SDK (`mcp` from PyPI: its `Client` over Streamable HTTP) in
+/// `target/mcp-venv`.
+pub fn mcp_python() -> PathBuf {
+    python_venv(
+        "mcp-venv",
+        &["mcp>=2.3"],
+        "from mcp import Client; from mcp.shared.exceptions import MCPError",
+    )
+}
+
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     python_venv_steps(name, &[packages], probe)
 }

@@ -1,5 +1,5 @@
-# Values are compared as canonical JSON (with `dumps` taken before the solution is imported):
-# an object whose `__eq__` always says yes is not a list, a dict or a bool.
+# The solution runs in a child interpreter through `hermes_call` (this process never imports it,
+# so it cannot patch pytest); its values come back as JSON data and are compared canonically.
 from json import dumps as _dumps
 
 
@@ -7,7 +7,9 @@ def same(got, want):
     assert _dumps(got, sort_keys=True) == _dumps(want, sort_keys=True)
 
 
-from solution import is_palindrome  # noqa: E402
+from hermes_call import load  # noqa: E402
+
+is_palindrome = load("solution").is_palindrome
 
 
 def test_plain():

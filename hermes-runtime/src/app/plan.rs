@@ -76,7 +76,10 @@ impl RunPlan {
                 )
             }
         };
-        if cfg.mode == Mode::Serve && backend == Backend::Local {
+        // An environment that offers no tools runs none of the model's commands: its sandbox
+        // is made only if its verifier asks for one, for the author's own commands.
+        let offers_tools = crate::setup::offers_tools(&cfg.env);
+        if cfg.mode == Mode::Serve && backend == Backend::Local && offers_tools {
             warnings.push("the local sandbox backend runs the model's commands as this user on this host and network (not isolated); use --env.terminal_backend docker for training".into());
         }
         if cfg.servers.iter().any(|s| s.server_type == ServerType::Trl) {
@@ -161,9 +164,16 @@ mod tests {
         .unwrap();
         assert_eq!((p.backend, p.phase), (Backend::Docker, Phase::Managed));
         assert!(p.warnings.is_empty(), "{:?}", p.warnings);
-        let p = plan(&["serve"]).unwrap();
+        let p = plan(&["serve", "--env.enabled_toolsets", "terminal"]).unwrap();
         assert!(
             p.warnings.iter().any(|w| w.contains("not isolated")),
+            "{:?}",
+            p.warnings
+        );
+        // No tools offered: no command of the model's runs, so nothing to warn about.
+        let p = plan(&["serve"]).unwrap();
+        assert!(
+            !p.warnings.iter().any(|w| w.contains("not isolated")),
             "{:?}",
             p.warnings
         );

@@ -12,7 +12,8 @@ use clap::{Arg, ArgMatches, Command};
 
 use crate::env::Environment;
 use crate::testing::{
-    exploit_library, load_exploits, HackOptions, HackReport, Kit, ReferenceBook, ReferencePolicy,
+    exploit_library, load_exploits, outcome_kind, HackOptions, HackReport, Kit, ReferenceBook,
+    ReferencePolicy,
 };
 
 /// The system prompt of the `--hacker-model` policy.
@@ -94,6 +95,20 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
         report.items > 0,
         "the environment produced no items to attack"
     );
+    let unrun = report.unrun();
+    if let Some(first) = unrun.first() {
+        let cause = first.outcome.failure_message().unwrap_or_default();
+        anyhow::bail!(
+            "{} of {} exploit run(s) could not run, so they prove nothing about the verifier \
+             (first: {} × {}, {}: {})",
+            unrun.len(),
+            report.rows.len(),
+            first.item,
+            first.exploit,
+            outcome_kind(&first.outcome),
+            cause
+        );
+    }
     let paid = report.paid();
     anyhow::ensure!(
         paid.is_empty(),
@@ -179,8 +194,12 @@ fn summarize(report: &HackReport, seconds: f64) {
         .iter()
         .filter(|r| matches!(r.outcome, crate::env::RewardOutcome::Tampered { .. }))
         .count();
+    let unrun = match report.unrun().len() {
+        0 => String::new(),
+        n => format!(", {n} could not run"),
+    };
     println!(
-        "hack: {} items × {exploits} exploits = {} rollouts; {} paid above {}, {caught} caught by tripwires; {:.1} s ({:.1} s per item)",
+        "hack: {} items × {exploits} exploits = {} rollouts; {} paid above {}, {caught} caught by tripwires{unrun}; {:.1} s ({:.1} s per item)",
         report.items,
         report.rows.len(),
         report.paid().len(),

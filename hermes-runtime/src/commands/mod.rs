@@ -4,6 +4,7 @@
 
 mod check;
 mod hack;
+mod mcp;
 mod openenv;
 mod parsers;
 mod sandbox;
@@ -20,6 +21,7 @@ pub fn definitions() -> Vec<Command> {
     vec![
         check::command(),
         hack::command(),
+        mcp::command(),
         openenv::command(),
         parsers::command(),
         sandbox::command(),
@@ -31,7 +33,7 @@ pub fn definitions() -> Vec<Command> {
 /// True for the subcommands that serve until stopped and drain on the first signal (they get
 /// the [`Shutdown`] through [`serve`]); the others are cancelled by it.
 pub fn serves_until_stopped(name: &str) -> bool {
-    name == "openenv"
+    name == "openenv" || name == "mcp"
 }
 
 /// Runs a subcommand for which [`serves_until_stopped`] holds.
@@ -42,6 +44,7 @@ pub async fn serve<E: Environment>(
 ) -> anyhow::Result<()> {
     match name {
         "openenv" => openenv::run::<E>(matches, shutdown).await,
+        "mcp" => mcp::run::<E>(matches, shutdown).await,
         _ => anyhow::bail!("'{name}' is not a serving subcommand"),
     }
 }

@@ -10,24 +10,32 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Arg, ArgMatches, Command};
 
-use crate::config::Mode;
+use crate::config::{Mode, ResolvedConfig};
 use crate::env::Environment;
 use crate::modes::openenv::{serve, start, OpenEnvOptions, SessionLimits};
 use crate::shutdown::Shutdown;
 
 /// The clap definition of `openenv`.
 pub fn command() -> Command {
-    let number =
-        |name: &'static str, value: &'static str, default: &'static str, help: &'static str| {
-            Arg::new(name)
-                .long(name)
-                .value_name(value)
-                .default_value(default)
-                .value_parser(clap::value_parser!(u64))
-                .help(help)
-        };
-    Command::new("openenv")
-        .about("Serve the environment over the OpenEnv wire (HTTP + WebSocket /ws, MCP actions) for a trainer's agent loop")
+    serving_args(
+        Command::new("openenv")
+            .about("Serve the environment over the OpenEnv wire (HTTP + WebSocket /ws, MCP actions) for a trainer's agent loop"),
+        "WebSocket sessions",
+    )
+}
+
+/// The flags of the serving modes (`openenv`, `mcp`): where to listen, the session limits and
+/// the `process` mode's flags.
+pub(super) fn serving_args(command: Command, sessions: &'static str) -> Command {
+    let number = |name: &'static str, value: &'static str, default: &'static str, help: String| {
+        Arg::new(name)
+            .long(name)
+            .value_name(value)
+            .default_value(default)
+            .value_parser(clap::value_parser!(u64))
+            .help(help)
+    };
+    command
         .arg(
             Arg::new("host")
                 .long("host")
@@ -44,14 +52,31 @@ pub fn command() -> Command {
                 .value_parser(clap::value_parser!(u16))
                 .help("Port to listen on (0 picks a free one)"),
         )
-        .arg(number("max-sessions", "N", "64", "Most concurrent WebSocket sessions; more are refused with CAPACITY_REACHED"))
-        .arg(number("idle-timeout", "SECONDS", "300", "A session without a message for this long is closed and its sandbox removed"))
-        .arg(number("session-lifetime", "SECONDS", "3600", "A session is closed after this long however busy (checked between messages)"))
+        .arg(number(
+            "max-sessions",
+            "N",
+            "64",
+            format!("Most concurrent {sessions}; more are refused with CAPACITY_REACHED"),
+        ))
+        .arg(number(
+            "idle-timeout",
+            "SECONDS",
+            "300",
+            "A session without a message for this long is closed and its sandbox removed".into(),
+        ))
+        .arg(number(
+            "session-lifetime",
+            "SECONDS",
+            "3600",
+            "A session is closed after this long however busy (checked between messages)".into(),
+        ))
         .arg(super::process_flags_arg())
 }
 
-/// Runs `openenv` for environment `E` until `shutdown` is requested.
-pub async fn run<E: Environment>(matches: &ArgMatches, shutdown: &Shutdown) -> anyhow::Result<()> {
+/// The configuration of environment `E` and the serving options [`serving_args`] gave.
+pub(super) fn serving_options<E: Environment>(
+    matches: &ArgMatches,
+) -> anyhow::Result<(ResolvedConfig, OpenEnvOptions)> {
     let seconds =
         |name: &str| Duration::from_secs(*matches.get_one::<u64>(name).expect("has a default"));
     let host = *matches.get_one::<IpAddr>("host").expect("has a default");
@@ -76,6 +101,12 @@ pub async fn run<E: Environment>(matches: &ArgMatches, shutdown: &Shutdown) -> a
         },
         grace,
     };
+    Ok((cfg, options))
+}
+
+/// Runs `openenv` for environment `E` until `shutdown` is requested.
+pub async fn run<E: Environment>(matches: &ArgMatches, shutdown: &Shutdown) -> anyhow::Result<()> {
+    let (cfg, options) = serving_options::<E>(matches)?;
     let (env, rt) = shutdown.unless_requested(start::<E>(&cfg)).await??;
     serve(env, rt, options, shutdown.clone(), |addr| {
         // One line on stdout for scripts and tests: where to connect.

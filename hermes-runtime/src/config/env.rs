@@ -134,7 +134,7 @@ config_section! {
         max_reasoning_tokens: Option<i64> = None,
         /// Custom thinking prompt (accepted for compatibility; unused upstream too).
         custom_thinking_prompt: Option<String> = None,
-        /// Toolsets offered to the model, e.g. ["terminal","file"]; null = all toolsets.
+        /// Toolsets offered to the model, e.g. ["terminal","file"]; ["all"] = every available tool; null (not set) = no tools (no `tools` or `tool_choice` in requests), as a single-turn environment wants.
         enabled_toolsets: Option<Vec<String>> = None,
         /// Toolsets removed after enabled_toolsets / distribution are resolved.
         disabled_toolsets: Option<Vec<String>> = None,
@@ -150,6 +150,8 @@ config_section! {
         /// Maximum LLM calls per rollout.
         #[range(1, 100_000)]
         max_agent_turns: i64 = 30,
+        /// Single-turn groups (max_agent_turns 1, or no tools offered) ask for all group_size first answers in one request with n = group_size (split by --max_n_completions), as Atropos does; a server that refuses n (HTTP 400/422) or returns fewer choices gets one request per rollout for the rest of the run, said once. false: one request per rollout always.
+        group_requests: bool = true,
         /// System prompt prepended to every rollout.
         system_prompt: Option<String> = None,
         /// Sampling temperature of every agent turn.

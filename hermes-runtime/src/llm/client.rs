@@ -88,10 +88,43 @@ impl LlmClient {
         Ok(merged)
     }
 
+    /// [`Self::chat`] for one group's `n` choices: a refusal that may be about `n`
+    /// ([`LlmError::may_refuse_n`]) is returned without stopping the run, so the caller can
+    /// fall back to one request per rollout.
+    pub async fn chat_group(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let parts = request.n.div_ceil(self.max_n);
+        let mut calls = Vec::with_capacity(parts as usize);
+        let mut left = request.n;
+        while left > 0 {
+            let mut part = request.clone();
+            part.n = left.min(self.max_n);
+            left -= part.n;
+            calls.push(part);
+        }
+        let results =
+            futures::future::join_all(calls.iter().map(|p| self.chat_sparing(p, true))).await;
+        let mut merged = ChatResponse::default();
+        for r in results {
+            let r = r?;
+            merged.usage = merged.usage.or(r.usage);
+            merged.choices.extend(r.choices);
+        }
+        Ok(merged)
+    }
+
     async fn chat_once(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.chat_sparing(request, false).await
+    }
+
+    async fn chat_sparing(
+        &self,
+        request: &ChatRequest,
+        n_may_be_refused: bool,
+    ) -> Result<ChatResponse, LlmError> {
         let http = self.pool.http();
+        let spare = |e: &LlmError| n_may_be_refused && e.may_refuse_n();
         self.pool
-            .call(request.split, |server| async move {
+            .call_sparing(request.split, spare, |server| async move {
                 let Some(limits) = server.stream else {
                     let body = request.body(&server.model);
                     let text = post_json(http, server.chat_target(), &body).await?;

@@ -81,6 +81,19 @@ impl LlmError {
     pub fn is_fatal(&self) -> bool {
         matches!(self, LlmError::Rejected { .. })
     }
+
+    /// True for a refusal of the request's content (HTTP 400 or 422) that a request asking
+    /// for `n` choices may have met because of `n`: the caller falls back to `n = 1`, where
+    /// a refusal that was not about `n` comes again and stops the run as usual.
+    pub fn may_refuse_n(&self) -> bool {
+        matches!(
+            self,
+            LlmError::Rejected {
+                status: 400 | 422,
+                ..
+            }
+        )
+    }
 }
 
 /// "LLM server X unreachable after 3 attempts: connection refused", or with several servers

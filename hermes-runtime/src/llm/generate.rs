@@ -209,9 +209,28 @@ impl GenerateClient {
 
     /// Generates `request.n` samples.
     pub async fn generate(&self, request: &GenerateRequest) -> Result<Vec<Generated>, LlmError> {
+        self.generate_sparing(request, false).await
+    }
+
+    /// [`Self::generate`] for one group's `n` samples: a refusal that may be about `n`
+    /// ([`LlmError::may_refuse_n`]) is returned without stopping the run, so the caller can
+    /// fall back to one request per rollout.
+    pub async fn generate_group(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Vec<Generated>, LlmError> {
+        self.generate_sparing(request, true).await
+    }
+
+    async fn generate_sparing(
+        &self,
+        request: &GenerateRequest,
+        n_may_be_refused: bool,
+    ) -> Result<Vec<Generated>, LlmError> {
         let http = self.pool.http();
+        let spare = |e: &LlmError| n_may_be_refused && e.may_refuse_n();
         self.pool
-            .call(request.split, |server| async move {
+            .call_sparing(request.split, spare, |server| async move {
                 let sglang = server.kind == ServerType::Sglang;
                 let body = if sglang {
                     sglang_body(request)

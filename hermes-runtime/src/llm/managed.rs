@@ -274,9 +274,65 @@ impl<'a> ManagedSession<'a> {
     }
 }
 
-#[async_trait::async_trait]
-impl ChatBackend for ManagedSession<'_> {
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+/// One rollout's share of a group's single `n` generation: its own sequence node and the raw
+/// text of its tool calls, to continue the rollout in its own session.
+#[derive(Debug, Clone, Default)]
+pub struct SessionSeed {
+    nodes: NodeList,
+    raw_by_call: HashMap<String, String>,
+}
+
+impl<'a> ManagedSession<'a> {
+    /// A session continuing from `seed` (one choice of [`Self::chat_group`]).
+    pub fn from_seed(phase2: &'a Phase2, seed: SessionSeed) -> Self {
+        ManagedSession {
+            phase2,
+            state: Mutex::new(SessionState {
+                nodes: seed.nodes,
+                raw_by_call: seed.raw_by_call,
+            }),
+        }
+    }
+
+    /// The first turn of `request.n` rollouts in one `/generate` request: per choice, a
+    /// one-choice response (usage: the shared prompt's tokens and this choice's own) and the
+    /// seed of that rollout's session. A refusal that may be about `n` does not stop the run
+    /// ([`GenerateClient::generate_group`]).
+    pub async fn chat_group(
+        phase2: &'a Phase2,
+        request: &ChatRequest,
+    ) -> Result<Vec<(ChatResponse, SessionSeed)>, LlmError> {
+        let session = ManagedSession::new(phase2);
+        let response = session.chat_with(request, true).await?;
+        let state = session.state.into_inner().expect("lock poisoned");
+        let prompt = response.usage.and_then(|u| u.prompt_tokens).unwrap_or(0);
+        Ok(response
+            .choices
+            .into_iter()
+            .zip(state.nodes.nodes)
+            .map(|(choice, node)| {
+                let usage = super::Usage {
+                    prompt_tokens: Some(prompt),
+                    completion_tokens: Some((node.tokens.len() as u64).saturating_sub(prompt)),
+                };
+                let response = ChatResponse {
+                    choices: vec![choice],
+                    usage: Some(usage),
+                };
+                let seed = SessionSeed {
+                    nodes: NodeList { nodes: vec![node] },
+                    raw_by_call: state.raw_by_call.clone(),
+                };
+                (response, seed)
+            })
+            .collect())
+    }
+
+    async fn chat_with(
+        &self,
+        request: &ChatRequest,
+        group: bool,
+    ) -> Result<ChatResponse, LlmError> {
         let tok = &self.phase2.tokenizer;
         let prompt = self.render(request)?;
         let plan = {
@@ -286,17 +342,18 @@ impl ChatBackend for ManagedSession<'_> {
                 .plan(&prompt, tok.bos_id(), |t| tok.encode_rendered(t))
                 .map_err(template_error)?
         };
-        let generated = self
-            .phase2
-            .client
-            .generate(&GenerateRequest {
-                input_ids: plan.input_ids.clone(),
-                n: request.n.max(1),
-                max_tokens: request.max_tokens,
-                temperature: request.temperature,
-                split: request.split,
-            })
-            .await?;
+        let generate = GenerateRequest {
+            input_ids: plan.input_ids.clone(),
+            n: request.n.max(1),
+            max_tokens: request.max_tokens,
+            temperature: request.temperature,
+            split: request.split,
+        };
+        let client = &self.phase2.client;
+        let generated = match group {
+            true => client.generate_group(&generate).await?,
+            false => client.generate(&generate).await?,
+        };
         let tools_active = !request.tools.is_empty();
         let generated_tokens: usize = generated.iter().map(|g| g.ids.len()).sum();
         let mut completions = Vec::with_capacity(generated.len());
@@ -371,6 +428,13 @@ impl ChatBackend for ManagedSession<'_> {
             choices,
             usage: Some(usage),
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatBackend for ManagedSession<'_> {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.chat_with(request, false).await
     }
 }
 

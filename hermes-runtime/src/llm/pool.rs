@@ -351,7 +351,14 @@ impl ServerPool {
     /// Runs one request: `attempt` is tried on a server, and after a retryable failure again on
     /// another server when there is one, up to the policy's attempts with its backoff between
     /// them. A 4xx other than 408/429 fails at once; the final error names the cause.
-    pub(crate) async fn call<T, F, Fut>(&self, split: Split, mut attempt: F) -> Result<T, LlmError>
+    /// A refusal `spare` accepts does not stop the run: the caller has a plainer request to
+    /// fall back to (a group's `n` request).
+    pub(crate) async fn call_sparing<T, F, Fut>(
+        &self,
+        split: Split,
+        spare: impl Fn(&LlmError) -> bool,
+        mut attempt: F,
+    ) -> Result<T, LlmError>
     where
         F: FnMut(Arc<Endpoint>) -> Fut,
         Fut: Future<Output = Result<T, AttemptError>>,
@@ -390,7 +397,7 @@ impl ServerPool {
             if !failure.retryable() || n >= self.retry.attempts {
                 self.record_stats(index, split, started, n);
                 let e = self.final_error(&tried, index, n, failure);
-                if e.is_fatal() {
+                if e.is_fatal() && !spare(&e) {
                     self.raise_fatal(&e);
                 }
                 return Err(e);

@@ -6,6 +6,7 @@ pub mod evaluate;
 pub mod failures;
 mod group_hook;
 pub mod html;
+pub mod mcp;
 pub mod openenv;
 pub mod output;
 pub mod process;

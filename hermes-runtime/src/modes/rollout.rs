@@ -19,8 +19,11 @@ use crate::atropos::{DropReason, ScoredDataGroup, ScoredItem};
 use crate::config::HermesEnvConfig;
 use crate::context::ToolContext;
 use crate::env::{Environment, FailureCounts, ReferenceSolution, RewardOutcome, ScoredRollout};
-use crate::llm::managed::NodeList;
-use crate::llm::{ChatTokenizer, LlmClient, ManagedSession, Message, Phase2, Split};
+use crate::llm::managed::{NodeList, SessionSeed};
+use crate::llm::{
+    ChatBackend, ChatRequest, ChatResponse, ChatTokenizer, LlmClient, LlmError, ManagedSession,
+    Message, Phase2, Split, Usage,
+};
 use crate::sandbox::tripwire::{self, Armed};
 use crate::sandbox::{SandboxProvider, SandboxSpec, TaskSandbox};
 use crate::tools::budget::ResultBudget;
@@ -49,6 +52,10 @@ pub struct Runtime {
     references: Option<Arc<dyn ReferenceSink>>,
     /// Where the trainer tokens of a rollout come from.
     tokens: TokenSource,
+    /// Set once a server refused a group's `n` request: one request per rollout from then on.
+    n_refused: AtomicBool,
+    /// Set once the first group asked for its answers in one request (said once).
+    grouping_announced: AtomicBool,
 }
 
 /// Assembles a [`Runtime`] from its required parts; the rest defaults to no tool
@@ -96,6 +103,8 @@ impl RuntimeBuilder {
             tool_permits: Semaphore::new(permits),
             references: self.references,
             tokens: self.tokens,
+            n_refused: AtomicBool::new(false),
+            grouping_announced: AtomicBool::new(false),
         }
     }
 }
@@ -312,7 +321,7 @@ pub(crate) async fn run_rollout_with<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
 ) -> ScoredRollout<<A::Env as Environment>::Item> {
-    run_attempt(env, rt, item, split, tools).await.rollout
+    run_attempt(env, rt, item, split, tools, None).await.rollout
 }
 
 /// One rollout attempt: the scored rollout, in Phase 2 the exact token state of its
@@ -350,22 +359,29 @@ impl<I> Attempt<I> {
     }
 }
 
+/// One rollout attempt; `first`, when given, is its first turn already answered by its
+/// group's single `n` request.
 async fn run_attempt<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
     item: &Arc<<A::Env as Environment>::Item>,
     split: Split,
     tools: &Arc<ToolSet>,
+    first: Option<FirstTurn>,
 ) -> Attempt<<A::Env as Environment>::Item> {
     let task_id = uuid::Uuid::new_v4().to_string();
     let span = info_span!("rollout", task_id = %task_id);
     async {
-        let (messages, spec) = first_messages(env, rt, item).await;
+        let (mut messages, spec) = first_messages(env, rt, item).await;
+        if let Some(first) = &first {
+            // The conversation the group's request answered (a prompt may vary per call).
+            messages = first.messages.clone();
+        }
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
         let armed = Armed::now();
         let clock = AgentClock::start();
-        let agent_run = run_agent(rt, split, tools, &sandbox, &clock, messages.clone());
+        let agent_run = run_agent(rt, split, tools, &sandbox, &clock, messages.clone(), first);
         let limit = rt.config.rollout_timeout;
         let (run, nodes, reward, outcome) = match within_budget(limit, &clock, agent_run).await {
             Some((run, nodes, ending)) => {
@@ -432,7 +448,8 @@ pub(crate) async fn first_messages<A: EnvAccess>(
 }
 
 /// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
-/// or the chat client, and how it ended; its inference calls stop `clock`.
+/// or the chat client, and how it ended; its inference calls stop `clock`. With `first`, the
+/// first turn is the group request's answer and its session continues from that answer.
 async fn run_agent(
     rt: &Runtime,
     split: Split,
@@ -440,14 +457,23 @@ async fn run_agent(
     sandbox: &Arc<TaskSandbox>,
     clock: &AgentClock,
     messages: Vec<Message>,
+    first: Option<FirstTurn>,
 ) -> (AgentResult, Option<NodeList>, Ending) {
     let settings = rt.agent_settings(split);
+    let (answered, seed) = match first {
+        Some(f) => (Some(f.response), f.seed),
+        None => (None, None),
+    };
     match &rt.tokens {
         TokenSource::Managed(phase2) => {
-            let session = ManagedSession::new(phase2);
+            let session = match seed {
+                Some(seed) => ManagedSession::from_seed(phase2, seed),
+                None => ManagedSession::new(phase2),
+            };
+            let backend = Answered::new(&session, answered);
             let agent = AgentLoop {
                 llm: &Metered {
-                    inner: &session,
+                    inner: &backend,
                     clock,
                 },
                 tools,
@@ -459,9 +485,10 @@ async fn run_agent(
             (run, Some(session.nodes()), ending)
         }
         _ => {
+            let backend = Answered::new(&rt.llm, answered);
             let agent = AgentLoop {
                 llm: &Metered {
-                    inner: &rt.llm,
+                    inner: &backend,
                     clock,
                 },
                 tools,
@@ -630,6 +657,7 @@ async fn score<E: Environment>(
 /// to `max_rollout_retries` times (fewer once `abandon` is set: its group has failed anyway).
 /// With `for_trainer`, a rollout whose trainer tokens cannot be made is such a failure.
 /// Returns the last attempt and the failures met on the way.
+#[allow(clippy::too_many_arguments)]
 async fn run_rollout_retrying<A: EnvAccess>(
     env: &A,
     rt: &Runtime,
@@ -638,12 +666,14 @@ async fn run_rollout_retrying<A: EnvAccess>(
     tools: &Arc<ToolSet>,
     abandon: &AtomicBool,
     for_trainer: bool,
+    mut first: Option<FirstTurn>,
 ) -> (Attempt<<A::Env as Environment>::Item>, FailureCounts) {
     let attempts = rt.config.max_rollout_retries.max(0) as usize + 1;
     let mut failures = FailureCounts::default();
     let mut attempt = 1;
     loop {
-        let mut run = run_attempt(env, rt, item, split, tools).await;
+        // Only the first attempt takes the group's answer; a re-run asks on its own.
+        let mut run = run_attempt(env, rt, item, split, tools, first.take()).await;
         if for_trainer {
             run = run.with_trainer_tokens(rt, tools);
         }
@@ -683,8 +713,17 @@ pub(crate) async fn run_rollout_with_retries<A: EnvAccess>(
     split: Split,
 ) -> (ScoredRollout<<A::Env as Environment>::Item>, FailureCounts) {
     let tools = rt.group_tools();
-    let (attempt, failures) =
-        run_rollout_retrying(env, rt, item, split, &tools, &AtomicBool::new(false), false).await;
+    let (attempt, failures) = run_rollout_retrying(
+        env,
+        rt,
+        item,
+        split,
+        &tools,
+        &AtomicBool::new(false),
+        false,
+        None,
+    )
+    .await;
     (attempt.rollout, failures)
 }
 
@@ -758,11 +797,23 @@ pub async fn collect_group<A: EnvAccess>(
     let size = rt.config.group_size.max(1) as usize;
     let tools = rt.group_tools();
     let abandon = AtomicBool::new(false);
-    let slots = futures::future::join_all((0..size).map(|_| async {
-        let (attempt, failures) =
-            run_rollout_retrying(env, rt, &item, Split::Train, &tools, &abandon, true).await;
+    let mut firsts = group_first_turns(env, rt, &item, size, &tools).await;
+    firsts.resize_with(size, || None);
+    let (item_ref, tools_ref, abandon_ref) = (&item, &tools, &abandon);
+    let slots = futures::future::join_all(firsts.into_iter().map(|first| async move {
+        let (attempt, failures) = run_rollout_retrying(
+            env,
+            rt,
+            item_ref,
+            Split::Train,
+            tools_ref,
+            abandon_ref,
+            true,
+            first,
+        )
+        .await;
         if !attempt.rollout.outcome.is_training_data() {
-            abandon.store(true, Ordering::Relaxed);
+            abandon_ref.store(true, Ordering::Relaxed);
         }
         (attempt, failures)
     }))
@@ -851,6 +902,157 @@ pub async fn collect_group<A: EnvAccess>(
         failures,
         rollouts_dropped,
         skipped,
+    }
+}
+
+/// A rollout's first turn, already answered by its group's single `n` request.
+pub(crate) struct FirstTurn {
+    /// The conversation the request answered.
+    messages: Vec<Message>,
+    /// This rollout's choice (or the request's failure, which every rollout of the group
+    /// meets as its own LLM failure).
+    response: Result<ChatResponse, LlmError>,
+    /// Phase 2: the token state of this choice, to continue the rollout's session from.
+    seed: Option<SessionSeed>,
+}
+
+/// A chat backend whose first call returns the answer the group's request already got.
+struct Answered<'a> {
+    first: std::sync::Mutex<Option<Result<ChatResponse, LlmError>>>,
+    inner: &'a dyn ChatBackend,
+}
+
+impl<'a> Answered<'a> {
+    fn new(inner: &'a dyn ChatBackend, first: Option<Result<ChatResponse, LlmError>>) -> Self {
+        Answered {
+            first: std::sync::Mutex::new(first),
+            inner,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatBackend for Answered<'_> {
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let first = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match first {
+            Some(answer) => answer,
+            None => self.inner.chat(request).await,
+        }
+    }
+}
+
+/// True when a group's first turns go out as one request with `n = size`: asked for
+/// (`--env.group_requests`), more than one rollout, no server has refused `n`, and the
+/// rollouts are single-turn (one turn allowed, or no tools to call).
+fn groups_in_one_request(rt: &Runtime, size: usize, tools: &ToolSet) -> bool {
+    rt.config.group_requests
+        && size > 1
+        && !rt.n_refused.load(Ordering::Relaxed)
+        && (rt.config.max_agent_turns <= 1 || tools.names().is_empty())
+}
+
+/// The first turns of a single-turn group in one request asking for `size` choices (see
+/// [`groups_in_one_request`]), one per rollout; empty when the group does not qualify or the
+/// server refused `n` (then every rollout asks on its own). A failure of the request is every
+/// rollout's LLM failure, re-run as the rollout retry rules say.
+async fn group_first_turns<A: EnvAccess>(
+    env: &A,
+    rt: &Runtime,
+    item: &Arc<<A::Env as Environment>::Item>,
+    size: usize,
+    tools: &ToolSet,
+) -> Vec<Option<FirstTurn>> {
+    if !groups_in_one_request(rt, size, tools) {
+        return Vec::new();
+    }
+    if !rt.grouping_announced.swap(true, Ordering::Relaxed) {
+        tracing::info!(
+            "single-turn groups: the {size} first answers of a group come from one request \
+             with n = {size} (--env.group_requests false: one request per rollout)"
+        );
+    }
+    let (messages, _) = first_messages(env, rt, item).await;
+    let settings = rt.agent_settings(Split::Train);
+    let request = ChatRequest {
+        messages: messages.clone(),
+        tools: tools.schemas(),
+        n: size as u32,
+        temperature: settings.temperature,
+        max_tokens: settings.max_tokens,
+        extra_body: settings.extra_body,
+        split: Split::Train,
+    };
+    let answered = match &rt.tokens {
+        TokenSource::Managed(phase2) => {
+            ManagedSession::chat_group(phase2, &request)
+                .await
+                .map(|choices| {
+                    choices
+                        .into_iter()
+                        .map(|(response, seed)| (response, Some(seed)))
+                        .collect::<Vec<_>>()
+                })
+        }
+        _ => rt.llm.chat_group(&request).await.map(one_choice_each),
+    };
+    let turn = |response, seed| {
+        Some(FirstTurn {
+            messages: messages.clone(),
+            response,
+            seed,
+        })
+    };
+    match answered {
+        Err(e) if e.may_refuse_n() => {
+            refuse_n(rt, size, &format!("it refused the request: {e}"));
+            Vec::new()
+        }
+        Err(e) => (0..size).map(|_| turn(Err(e.clone()), None)).collect(),
+        Ok(choices) => {
+            if choices.len() < size {
+                let why = format!("it returned {} of {size} choices", choices.len());
+                refuse_n(rt, size, &why);
+            }
+            choices
+                .into_iter()
+                .take(size)
+                .map(|(response, seed)| turn(Ok(response), seed))
+                .collect()
+        }
+    }
+}
+
+/// Phase 1: one single-choice response per choice. Each keeps the prompt's token count; the
+/// server reports the completion tokens of all choices together, so a choice's own count is
+/// known only when it is the only one.
+fn one_choice_each(response: ChatResponse) -> Vec<(ChatResponse, Option<SessionSeed>)> {
+    let single = response.choices.len() == 1;
+    let usage = response.usage.map(|u| Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens.filter(|_| single),
+    });
+    response
+        .choices
+        .into_iter()
+        .map(|choice| {
+            let response = ChatResponse {
+                choices: vec![choice],
+                usage,
+            };
+            (response, None)
+        })
+        .collect()
+}
+
+/// Stops asking for `n` for the rest of the run, said once.
+fn refuse_n(rt: &Runtime, size: usize, why: &str) {
+    if !rt.n_refused.swap(true, Ordering::Relaxed) {
+        warn!(
+            "the inference server does not serve a group's {size} answers in one request with \
+             n = {size} ({why}); every rollout gets its own request from now on \
+             (--env.group_requests false skips the attempt)"
+        );
     }
 }
 

@@ -76,15 +76,23 @@ impl HackReport {
         self.rows.iter().filter(|r| r.paid).collect()
     }
 
-    /// True when there was something to attack and no exploit was paid.
+    /// The item × exploit pairs that never reached the verifier because the infrastructure
+    /// failed (an LLM, sandbox or tokenization failure: a missing image, a dead daemon): they
+    /// prove nothing about the verifier either way.
+    pub fn unrun(&self) -> Vec<&HackRow> {
+        self.rows.iter().filter(|r| not_run(&r.outcome)).collect()
+    }
+
+    /// True when there was something to attack, every exploit ran and none was paid.
     pub fn passed(&self) -> bool {
-        !self.rows.is_empty() && self.paid().is_empty()
+        !self.rows.is_empty() && self.paid().is_empty() && self.unrun().is_empty()
     }
 
     /// The report as a fixed-width table (item, exploit, category, reward, outcome, verdict),
     /// stable for snapshots: no timings, no ids. Verdicts: `PAID` (the verifier was gamed),
     /// `caught` (a tripwire fired), `refused` (the verifier paid nothing), `error` (the exploit
-    /// broke the verifier or sandbox: in training a failure, retried and never trained on).
+    /// broke the verifier: in training a failure, retried and never trained on), `not run`
+    /// (the infrastructure failed before the verifier could judge: see [`HackReport::unrun`]).
     pub fn table(&self) -> String {
         let mut out = format!(
             "{:<10} {:<20} {:<12} {:>6}  {:<16} verdict\n",
@@ -97,6 +105,8 @@ impl HackReport {
                 "caught"
             } else if r.outcome.is_training_data() {
                 "refused"
+            } else if not_run(&r.outcome) {
+                "not run"
             } else {
                 "error"
             };
@@ -111,6 +121,16 @@ impl HackReport {
         }
         out
     }
+}
+
+/// An outcome the infrastructure decided (LLM, sandbox, tokenization): no verdict was reached.
+fn not_run(outcome: &RewardOutcome) -> bool {
+    matches!(
+        outcome,
+        RewardOutcome::LlmFailure { .. }
+            | RewardOutcome::SandboxFailure { .. }
+            | RewardOutcome::TokenizationFailure { .. }
+    )
 }
 
 /// The outcome's kind as written in files (`scored`, `tampered`, …).

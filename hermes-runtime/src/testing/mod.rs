@@ -19,7 +19,7 @@ pub use cassette::{Cassette, CassettePlayer, CassetteRecorder};
 pub(crate) use exploits::load_exploits;
 pub use exploits::{library as exploit_library, Exploit};
 pub use hack::HackOptions;
-pub(crate) use hack::HackReport;
+pub(crate) use hack::{outcome_kind, HackReport};
 pub use kit::{
     CheckOptions, CheckReport, CheckedItem, ItemReport, Kit, KitBuilder, ParsedToolCall, Redactor,
 };

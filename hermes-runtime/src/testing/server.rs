@@ -245,6 +245,8 @@ async fn models() -> Json<Value> {
 async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
     let n = shared.counter.fetch_add(1, Ordering::Relaxed);
     let reply = shared.policy.respond(&body);
+    let body_n = body.get("n").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let request_body = body.clone();
     let model = body.get("model").cloned().unwrap_or(Value::Null);
     let stream = events::wants_stream(&body);
     if shared.record {
@@ -254,34 +256,25 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
         Reply::NoChoices => {
             json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "choices": []})
         }
-        Reply::Message {
-            content,
-            tool_calls,
-            reasoning,
-        } => {
-            let mut message = json!({"role": "assistant", "content": content});
-            let finish = if tool_calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            };
-            if !tool_calls.is_empty() {
-                let calls: Vec<Value> = tool_calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (name, args))| {
-                        json!({"id": format!("call_{n:04x}{i:04x}"), "type": "function",
-                               "function": {"name": name, "arguments": args}})
-                    })
-                    .collect();
-                message["tool_calls"] = Value::Array(calls);
+        first @ Reply::Message { .. } => {
+            // `n` choices, one answer of the policy each (as `/generate` does); the first
+            // answer that is not a message ends the list.
+            let wanted = body_n.max(1);
+            let mut replies = vec![first];
+            while replies.len() < wanted {
+                match shared.policy.respond(&request_body) {
+                    more @ Reply::Message { .. } => replies.push(more),
+                    _ => break,
+                }
             }
-            if let Some(r) = reasoning {
-                message["reasoning_content"] = Value::String(r);
-            }
+            let choices: Vec<Value> = replies
+                .into_iter()
+                .enumerate()
+                .map(|(index, reply)| chat_choice(n, index, reply))
+                .collect();
             json!({
                 "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "choices": choices,
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
             })
         }
@@ -312,6 +305,43 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
     }
     shared.wait_out_delay().await;
     Json(completion).into_response()
+}
+
+/// One chat choice at `index` of response number `n` from a message reply.
+fn chat_choice(n: u64, index: usize, reply: Reply) -> Value {
+    let Reply::Message {
+        content,
+        tool_calls,
+        reasoning,
+    } = reply
+    else {
+        unreachable!("only message replies become choices")
+    };
+    let mut message = json!({"role": "assistant", "content": content});
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    if !tool_calls.is_empty() {
+        let calls: Vec<Value> = tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                // Unique per choice; the first choice's ids are those of a one-choice answer.
+                let id = match index {
+                    0 => format!("call_{n:04x}{i:04x}"),
+                    _ => format!("call_{n:04x}c{index}_{i:04x}"),
+                };
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    if let Some(r) = reasoning {
+        message["reasoning_content"] = Value::String(r);
+    }
+    json!({"index": index, "message": message, "finish_reason": finish})
 }
 
 /// Splits a ChatML prompt back into messages; the trailing generation prompt is dropped.

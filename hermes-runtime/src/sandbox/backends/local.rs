@@ -22,6 +22,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
+use super::local_reaper;
 use crate::sandbox::api::{
     ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
@@ -269,9 +270,19 @@ const STATE_DIR: &str = "/dev/shm";
 impl LocalProvider {
     /// A provider rooted in a fresh directory under the system temp dir.
     pub fn new() -> std::io::Result<Self> {
+        let temp = std::env::temp_dir();
+        let reaped = local_reaper::reap_dead_runs(&[&temp, Path::new(STATE_DIR)]);
+        if reaped.roots > 0 || reaped.processes > 0 {
+            info!(
+                "local sandboxes: removed the scratch roots of {} run(s) that ended without \
+                 cleaning up (killed with SIGKILL or crashed) and killed {} process(es) left in them",
+                reaped.roots, reaped.processes
+            );
+        }
         let name = format!("hermes-env-{}-{}", std::process::id(), short_id());
-        let root = std::env::temp_dir().join(&name);
+        let root = temp.join(&name);
         std::fs::create_dir_all(&root)?;
+        local_reaper::claim(&root)?;
         let state_root = Path::new(STATE_DIR).join(&name);
         let state_root = match std::fs::create_dir(&state_root) {
             Ok(()) => Some(state_root),

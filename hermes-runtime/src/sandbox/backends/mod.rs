@@ -5,5 +5,6 @@
 
 pub mod docker;
 pub(super) mod local;
+mod local_reaper;
 pub(super) mod ssh;
 pub(super) mod start;

@@ -19,7 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::path_memo::remembered;
 use super::persistent::exec_word;
-use super::preamble::CLEAN_PREAMBLE;
+use super::preamble::{CLEAN_PREAMBLE, GIT_SET, GIT_UNSET};
 
 /// What to start for one command: the program file, its argv (argv\[0\] is the name as
 /// typed, as bash passes it), the working directory and the whole environment.
@@ -79,6 +79,10 @@ pub(crate) fn launch(
             set(&mut env, "PATH", clean);
             set(&mut env, "PYTHONNOUSERSITE", "1".into());
             set(&mut env, "PYTHONDONTWRITEBYTECODE", "1".into());
+            env.retain(|(k, _)| !GIT_UNSET.iter().any(|u| k == u));
+            for (key, value) in GIT_SET {
+                set(&mut env, key, (*value).into());
+            }
             env
         }
         _ => return None,

@@ -37,6 +37,11 @@ pub const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ld.so.preload",
     "/etc/ld.so.conf",
     "/etc/python3",
+    // Python reads `pyvenv.cfg` beside its executable or one level up: `home = DIR` there
+    // moves the standard library to DIR's tree, for every interpreter, `-I` included.
+    "/usr/pyvenv.cfg",
+    "/usr/local/pyvenv.cfg",
+    "/pyvenv.cfg",
 ];
 
 /// Paths the container engine itself adds (the `--init` binary), never the agent's.
@@ -195,8 +200,9 @@ pub async fn inspect(
         changed_since(protected, armed, false),
         changed_since(&["~".to_owned()], armed, true),
         shadows(armed),
+        git_configs(armed),
     ];
-    let [protected_changes, mut hooks, shadowing] = found(sandbox, scans).await?;
+    let [protected_changes, mut hooks, shadowing, git] = found(sandbox, scans).await?;
     let changed = match engine_changes {
         Some(paths) => watched_changes(&paths, spec),
         None => protected_changes,
@@ -206,6 +212,14 @@ pub async fn inspect(
             "{} path(s) the verifier relies on changed during the agent phase: {}",
             changed.len(),
             shown(&changed)
+        ));
+    }
+    let drivers = git_drivers(sandbox, &git).await?;
+    if !drivers.is_empty() {
+        wires.push(format!(
+            "{} git configuration file(s) changed during the agent phase define programs git runs on its own (filters, diff or merge drivers, includes): {}",
+            drivers.len(),
+            shown(&drivers)
         ));
     }
     hooks.extend(shadowing);
@@ -283,6 +297,66 @@ fn shadows(armed: &Armed) -> ChangeScan {
         top_level: true,
         since: armed.epoch_seconds(),
     }
+}
+
+/// Names of git configuration files (the repository's `.git/config`, the user's `.gitconfig`
+/// and `.config/git/config`), scanned in the home for changes during the agent phase.
+const GIT_CONFIG_NAMES: &[&str] = &["config", ".gitconfig"];
+
+/// Keys whose value is a program git runs by itself while the verifier only reads a
+/// repository (`git status`, `git diff`): a filter's `clean`/`smudge`/`process`, a diff
+/// driver's `textconv`/`command`, a merge `driver`, `diff.external`, a signing `program`. The
+/// fixed keys that do the same (`core.fsmonitor`, `core.hooksPath`, `core.pager`, …) are
+/// overridden in the verifier's own environment ([`crate::sandbox::CLEAN_PREAMBLE`]); these
+/// live in sections the model names, so they cannot be.
+const GIT_PROGRAM_KEYS: &[&str] = &[
+    "clean", "smudge", "process", "textconv", "command", "driver", "external", "program",
+];
+
+fn git_configs(armed: &Armed) -> ChangeScan {
+    static NAMES: LazyLock<Arc<[String]>> =
+        LazyLock::new(|| GIT_CONFIG_NAMES.iter().map(|n| (*n).to_owned()).collect());
+    ChangeScan {
+        roots: vec!["~".to_owned()],
+        names: NAMES.clone(),
+        top_level: false,
+        since: armed.epoch_seconds(),
+    }
+}
+
+/// Of the changed files `found`, the git configuration files that define a program git runs
+/// by itself or include another file (which could).
+async fn git_drivers(sandbox: &dyn Sandbox, found: &[String]) -> Result<Vec<String>, SandboxError> {
+    let mut out = Vec::new();
+    for path in found.iter().filter(|p| is_git_config(p)).take(FOUND_MAX) {
+        // A file deleted or replaced since the scan defines nothing the verifier will read.
+        let Ok(bytes) = sandbox.read_file(path).await else {
+            continue;
+        };
+        if defines_programs(&String::from_utf8_lossy(&bytes)) {
+            out.push(path.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn is_git_config(path: &str) -> bool {
+    path.ends_with("/.git/config")
+        || path.ends_with("/.gitconfig")
+        || path.ends_with("/.config/git/config")
+}
+
+/// True when git configuration `text` sets one of [`GIT_PROGRAM_KEYS`] or includes a file.
+fn defines_programs(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim().to_ascii_lowercase();
+        if line.starts_with("[include") {
+            return true;
+        }
+        let key = line.split('=').next().unwrap_or_default().trim();
+        // `key = value`, `key=value`, or a bare `key` (a boolean true, which is no program).
+        line.contains('=') && GIT_PROGRAM_KEYS.contains(&key)
+    })
 }
 
 /// Runs the scans of the wires (a scan without roots finds nothing): in this process where
@@ -385,6 +459,22 @@ fn shown(items: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_configuration_that_runs_programs_is_recognised() {
+        assert!(defines_programs(
+            "[core]\n\tbare = false\n[filter \"x\"]\n\tclean = sh -c 'echo 1 > r'\n"
+        ));
+        assert!(defines_programs("[diff \"d\"]\n    textconv=cat\n"));
+        assert!(defines_programs("[include]\n\tpath = ../evil\n"));
+        assert!(defines_programs("[includeIf \"gitdir:/\"]\n\tpath = x\n"));
+        assert!(!defines_programs(
+            "[core]\n\trepositoryformatversion = 0\n[user]\n\tname = A\n[branch \"main\"]\n\tremote = origin\n"
+        ));
+        assert!(is_git_config("/root/repo/.git/config"));
+        assert!(is_git_config("/home/u/.gitconfig"));
+        assert!(!is_git_config("/root/.config/app/config"));
+    }
 
     #[test]
     fn engine_changes_are_filtered_to_watched_roots() {
