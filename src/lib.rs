@@ -37,7 +37,7 @@ pub use hermes_runtime::config::{
 };
 pub use hermes_runtime::context::{TerminalOutput, ToolContext};
 pub use hermes_runtime::env::{
-    EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
+    Checkpoint, EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
     ReferenceTurn, RewardOutcome, ScoredGroup, ScoredRollout,
 };
 pub use hermes_runtime::llm::{Message, ToolSchema};
@@ -48,7 +48,7 @@ pub use hermes_runtime::schemars;
 pub mod data {
     pub use hermes_runtime::data::{
         eval_size, open_config_or_fallback, open_env_or_fallback, open_or_fallback, shuffle,
-        split_eval, text, DataError, Dataset, Format, Row, PARQUET_REVISION,
+        split_eval, text, Cursor, DataError, Dataset, Format, Row, PARQUET_REVISION,
     };
 }
 
@@ -85,9 +85,9 @@ pub mod tools {
 /// Everything an environment file needs: `use hermes_env::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        hermes_env, AgentResult, DefaultServer, Environment, EvalSample, McpServer, Message,
-        Metrics, ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout, TerminalOutput,
-        ToolContext,
+        hermes_env, AgentResult, Checkpoint, DefaultServer, Environment, EvalSample, McpServer,
+        Message, Metrics, ReferenceSolution, SandboxSpec, ScoredGroup, ScoredRollout,
+        TerminalOutput, ToolContext,
     };
     pub use anyhow::{anyhow, bail, Context as _, Result};
     // The traits from serde, the derives from hermes-macros (serde's own derives need the

@@ -154,6 +154,28 @@ pub static HOOKS: &[HookSpec] = &[
               and transcript) before it is written or sent, and may reshape rewards, drop \
               rollouts or skip the whole group (Atropos's group-level `score`).",
     },
+    HookSpec {
+        name: "save_checkpoint",
+        required: false,
+        is_async: false,
+        mut_self: false,
+        params: &[("checkpoint", "&mut ::hermes_env::Checkpoint")],
+        output: Some(result!("()")),
+        doc: "Adds the environment's own state to a `serve` checkpoint (saved every \
+              `checkpoint_interval` trainer steps and at exit); positions of `data::Cursor`s \
+              made in `setup` are saved without it.",
+    },
+    HookSpec {
+        name: "load_checkpoint",
+        required: false,
+        is_async: false,
+        mut_self: true,
+        params: &[("checkpoint", "&::hermes_env::Checkpoint")],
+        output: Some(result!("()")),
+        doc: "Takes back the state `save_checkpoint` saved, when a restarted `serve` resumes \
+              from a checkpoint (after `setup`); an error stops the run and leaves the file as \
+              it is.",
+    },
 ];
 
 impl HookSpec {

@@ -89,6 +89,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "tampered_reward",
     "shutdown_grace",
     "outbox_spool_dir",
+    "checkpoint_dir",
     "outbox_spool_max_mb",
     "eval_temperature",
     "web_base_url",

@@ -849,8 +849,8 @@ mod tests {
                 "hook `setup` must be `async fn setup(&mut self) -> Result<()>` (it is not `async`)",
                 "unknown hook `evalute`; did you mean `evaluate`?",
                 "unknown hook `helper`; the hooks are `setup`, `get_next_item`, `format_prompt`, `compute_reward`, \
-                 `eval_items`, `evaluate`, `wandb_log`, `reference_solution`, `sandbox_spec`, `register_tools` \
-                 and `score_group` \
+                 `eval_items`, `evaluate`, `wandb_log`, `reference_solution`, `sandbox_spec`, `register_tools`, \
+                 `score_group`, `save_checkpoint` and `load_checkpoint` \
                  (helper fns belong in a separate `impl` block)",
                 "hook `eval_items` must be `fn eval_items(&self) -> Vec<Item>` (it takes `&mut self` instead of \
                  `&self`)",

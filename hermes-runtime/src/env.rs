@@ -92,6 +92,64 @@ pub trait Environment: EnvDefinition {
     fn score_group(&self, item: &Self::Item, group: &mut ScoredGroup) {
         let _ = (item, group);
     }
+
+    /// Adds the environment's own state to a `serve` checkpoint (saved every
+    /// `checkpoint_interval` trainer steps and at exit); positions of `data::Cursor`s made in
+    /// `setup` are saved without it.
+    fn save_checkpoint(&self, checkpoint: &mut Checkpoint) -> anyhow::Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
+
+    /// Takes back the state `save_checkpoint` saved, when a restarted `serve` resumes from a
+    /// checkpoint (after `setup`); an error stops the run and leaves the file as it is.
+    fn load_checkpoint(&mut self, checkpoint: &Checkpoint) -> anyhow::Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
+}
+
+/// The environment's own part of a `serve` checkpoint: named values, stored as JSON (upstream's
+/// `save_checkpoint(step, data)` dict, whose keys `load_checkpoint` assigned back).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Checkpoint {
+    values: serde_json::Map<String, Value>,
+}
+
+impl Checkpoint {
+    /// A checkpoint holding `values` (as read from a file).
+    pub fn from_values(values: serde_json::Map<String, Value>) -> Checkpoint {
+        Checkpoint { values }
+    }
+
+    /// The values, as written to the file.
+    pub fn values(&self) -> &serde_json::Map<String, Value> {
+        &self.values
+    }
+
+    /// Saves `value` under `key` (replacing an earlier one).
+    pub fn set<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> anyhow::Result<()> {
+        let value = serde_json::to_value(value)
+            .map_err(|e| anyhow::anyhow!("checkpoint value '{key}' cannot be saved: {e}"))?;
+        self.values.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    /// The value saved under `key`; an error names the key when it is missing or does not
+    /// fit `T` (a checkpoint of another version of the environment).
+    pub fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> anyhow::Result<T> {
+        let value = self
+            .values
+            .get(key)
+            .ok_or_else(|| anyhow::anyhow!("the checkpoint has no value '{key}'"))?;
+        serde_json::from_value(value.clone())
+            .map_err(|e| anyhow::anyhow!("checkpoint value '{key}' does not fit: {e}"))
+    }
+
+    /// Whether a value is saved under `key`.
+    pub fn contains(&self, key: &str) -> bool {
+        self.values.contains_key(key)
+    }
 }
 
 /// One rollout of a group as [`Environment::score_group`] sees it.

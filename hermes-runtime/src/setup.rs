@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use tracing::{info, warn};
 
 use crate::config::{HermesEnvConfig, ResolvedConfig};
+use crate::data::Cursors;
 use crate::env::Environment;
 use crate::tools::mcp::McpServers;
 use crate::tools::{DistributionSampler, GroupTools, ToolRegistry, ToolSet, WebChoice};
@@ -16,9 +17,21 @@ use crate::tools::{DistributionSampler, GroupTools, ToolRegistry, ToolSet, WebCh
 pub async fn build_env<E: Environment>(
     cfg: &ResolvedConfig,
 ) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
+    build_env_in(cfg, &Cursors::default()).await
+}
+
+/// [`build_env`], registering the `data::Cursor`s that `setup` makes in `cursors` (what
+/// `serve` checkpoints).
+pub async fn build_env_in<E: Environment>(
+    cfg: &ResolvedConfig,
+    cursors: &Cursors,
+) -> anyhow::Result<(E, Arc<HermesEnvConfig>, ToolSet, Option<GroupTools>)> {
     let shared = Arc::new(cfg.env.clone());
     let mut env = E::from_config(Arc::clone(&shared), cfg.own::<E::Config>()?);
-    env.setup().await.context("setup hook failed")?;
+    cursors
+        .scope(env.setup())
+        .await
+        .context("setup hook failed")?;
     let mut registry = ToolRegistry::builtin();
     env.register_tools(&mut registry);
     let mut shared_cfg = cfg.env.clone();

@@ -211,12 +211,13 @@ pub async fn execute<E: Environment>(
         name,
         // Kept until the mode ends: with --testing it is the inference server.
         scripted: _serving,
+        cursors,
     } = shutdown
         .unless_requested(Services::<E>::start(cfg, &plan))
         .await??;
     match plan.mode {
         Mode::Process => crate::modes::process::main(&mut env, &rt, &cfg, name, shutdown).await,
         Mode::Evaluate => crate::modes::evaluate::main(&env, &rt, &cfg, name, shutdown).await,
-        Mode::Serve => crate::modes::serve::main(env, rt, &cfg, name, shutdown).await,
+        Mode::Serve => crate::modes::serve::main(env, rt, &cfg, name, cursors, shutdown).await,
     }
 }

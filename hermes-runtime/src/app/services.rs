@@ -10,13 +10,14 @@ use tracing::{info, warn};
 
 use super::plan::{Phase, RunPlan};
 use crate::config::{HermesEnvConfig, Mode, ResolvedConfig, ServerType};
+use crate::data::Cursors;
 use crate::env::Environment;
 use crate::llm::{
     ChatTokenizer, Failover, GenerateClient, LlmClient, Phase2, RetryPolicy, ServerPool,
 };
 use crate::modes::{write_evaluate_config, Runtime, TokenSource};
 use crate::sandbox::start_backend;
-use crate::setup::build_env;
+use crate::setup::build_env_in;
 use crate::testing::{RawTextPolicy, ReferenceBook, ReferencePolicy, ScriptedServer};
 
 /// Everything a mode runs with.
@@ -31,6 +32,8 @@ pub struct Services<E> {
     pub name: &'static str,
     /// The embedded scripted server of `--testing`; it serves as long as this lives.
     pub scripted: Option<ScriptedServer>,
+    /// The dataset cursors `setup` made (their positions are checkpointed by `serve`).
+    pub cursors: Cursors,
 }
 
 impl<E: Environment> Services<E> {
@@ -87,7 +90,8 @@ impl<E: Environment> Services<E> {
                 write_evaluate_config(dir.as_ref(), &cfg)?;
             }
         }
-        let (env, shared, tools, distribution) = build_env::<E>(&cfg).await?;
+        let cursors = Cursors::default();
+        let (env, shared, tools, distribution) = build_env_in::<E>(&cfg, &cursors).await?;
         let rt = Runtime::builder(shared, llm, sandboxes, tools)
             .distribution(distribution)
             .references(references)
@@ -99,6 +103,7 @@ impl<E: Environment> Services<E> {
             cfg,
             name,
             scripted,
+            cursors,
         })
     }
 }

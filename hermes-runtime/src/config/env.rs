@@ -250,6 +250,8 @@ config_section! {
         shutdown_grace: f64 = 30.0,
         /// serve: directory where groups the trajectory API could not take at shutdown are spooled, and resent by the next start of the same env with the same models, tokenizer and trainer run; spools of another identity are moved to its stale/ sub-directory (null = ~/.local/state/hermes-env/outbox).
         outbox_spool_dir: Option<String> = None,
+        /// serve: directory of the environment's checkpoints (its own state and its dataset positions), written as <dir>/env_checkpoints/<wandb_name or env name>/step-<N>.json every checkpoint_interval trainer steps and at exit; a restart resumes from the newest one (null = the trainer's checkpoint_dir from /register-env, as upstream).
+        checkpoint_dir: Option<String> = None,
         /// serve: size limit of the spooled outbox in MiB; the oldest groups beyond it are dropped (counted as lost).
         #[range(0, 1_048_576)]
         outbox_spool_max_mb: i64 = 256,

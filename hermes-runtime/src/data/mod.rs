@@ -25,6 +25,7 @@
 //! ```
 
 mod configs;
+mod cursor;
 mod formats;
 mod sample;
 mod source;
@@ -37,6 +38,7 @@ use serde_json::{Map, Value};
 
 use crate::hub::{HubError, HubSettings};
 
+pub use cursor::{Cursor, Cursors};
 pub use sample::{eval_size, shuffle, split_eval};
 pub use source::PARQUET_REVISION;
 pub use splits::Format;

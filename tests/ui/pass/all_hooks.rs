@@ -69,6 +69,16 @@ impl AllHooks {
             r.reward += f64::from(item.n);
         }
     }
+
+    fn save_checkpoint(&self, checkpoint: &mut Checkpoint) -> Result<()> {
+        checkpoint.set("left", &self.items.len())
+    }
+
+    fn load_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<()> {
+        let left: usize = checkpoint.get("left")?;
+        self.items.truncate(left);
+        Ok(())
+    }
 }
 
 fn main() {
@@ -105,4 +115,13 @@ fn main() {
     assert_eq!(group.rewards(), [3.0]);
     Environment::score_group(&env, &Item { n: 0 }, &mut group);
     assert_eq!(group.skipped(), Some("no answer"));
+
+    let mut checkpoint = Checkpoint::default();
+    Environment::save_checkpoint(&env, &mut checkpoint).unwrap();
+    assert_eq!(checkpoint.get::<usize>("left").unwrap(), 1);
+    env.items = vec![Item { n: 8 }, Item { n: 9 }];
+    Environment::load_checkpoint(&mut env, &checkpoint).unwrap();
+    assert_eq!(env.items, [Item { n: 8 }]);
+    let e = Environment::load_checkpoint(&mut env, &Checkpoint::default()).unwrap_err();
+    assert_eq!(e.to_string(), "the checkpoint has no value 'left'");
 }

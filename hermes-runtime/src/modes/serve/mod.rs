@@ -10,6 +10,7 @@
 //! workers, `outbox` the delivery (sends, resends, the spool), `metrics` the step metrics
 //! (W&B or the log), and this file the loop that ties them together.
 
+mod checkpoint;
 mod metrics;
 mod outbox;
 mod pause;
@@ -35,9 +36,11 @@ use super::rollout::{FailedItem, Runtime, SharedEnv};
 use crate::atropos::api::{EnvStatus, TrajectoryApi};
 use crate::atropos::ScoredDataGroup;
 use crate::config::{EvalHandling, HermesEnvConfig};
+use crate::data::Cursors;
 use crate::env::{Environment, FailureCounts};
 use crate::llm::RetryPolicy;
 use crate::shutdown::{grace, Shutdown};
+use checkpoint::CheckpointStore;
 use metrics::StepLog;
 use outbox::Outbox;
 use pause::Pause;
@@ -63,6 +66,8 @@ pub struct ServeOptions {
     pub register_poll: Duration,
     /// The env config (secrets redacted) for the wandb run, when `use_wandb` is on.
     pub wandb_config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The dataset cursors the environment's `setup` made, checkpointed with its state.
+    pub cursors: Cursors,
 }
 
 impl ServeOptions {
@@ -77,6 +82,7 @@ impl ServeOptions {
             retry: RetryPolicy::default(),
             register_poll: Duration::from_secs(1),
             wandb_config: None,
+            cursors: Cursors::default(),
         }
     }
 }
@@ -134,6 +140,8 @@ struct Loop<E: Environment> {
     status: Option<EnvStatus>,
     /// The trainer step last seen.
     curr_step: i64,
+    /// Where the environment's checkpoints go (none when it keeps no checkpoint data).
+    checkpoints: Option<CheckpointStore>,
     /// The rollout workers.
     workers: Workers<E>,
     /// Finished groups on their way to the API.
@@ -168,6 +176,7 @@ pub async fn main<E: Environment>(
     rt: Runtime,
     cfg: &crate::config::ResolvedConfig,
     name: &str,
+    cursors: Cursors,
     shutdown: &Shutdown,
 ) -> anyhow::Result<()> {
     let model = cfg
@@ -176,6 +185,7 @@ pub async fn main<E: Environment>(
         .map(|s| s.model_name.clone())
         .unwrap_or_default();
     let mut opts = ServeOptions::new(name, &model);
+    opts.cursors = cursors;
     opts.model_names = cfg.servers.iter().map(|s| s.model_name.clone()).collect();
     if cfg.env.use_wandb {
         opts.wandb_config = Some(crate::config::redact::redacted_env_map(cfg));
@@ -188,7 +198,7 @@ pub async fn main<E: Environment>(
 /// Runs `serve` until the trainer reaches `total_steps` (or the server's `num_steps`), or a
 /// stop request ends it gracefully.
 pub async fn run_serve<E: Environment>(
-    env: E,
+    mut env: E,
     rt: Arc<Runtime>,
     opts: ServeOptions,
     shutdown: &Shutdown,
@@ -205,6 +215,11 @@ pub async fn run_serve<E: Environment>(
             anyhow::Ok((wandb, Session::connect(api, register, &config).await?))
         })
         .await??;
+    let checkpoints = checkpoint_store(&env, &opts.cursors, &config, &session)?;
+    if let Some(store) = &checkpoints {
+        let starting_step = session.registration().starting_step;
+        store.restore(&mut env, &opts.cursors, starting_step)?;
+    }
     let sink = open_sink(&config)?;
     let failures = sink
         .as_ref()
@@ -230,6 +245,7 @@ pub async fn run_serve<E: Environment>(
         env,
         rt,
         curr_step: session.registration().starting_step,
+        checkpoints,
         session,
         opts,
         status: None,
@@ -247,6 +263,39 @@ pub async fn run_serve<E: Environment>(
         summary,
     };
     state.run().await
+}
+
+/// Where the environment's checkpoints go: `--env.checkpoint_dir`, else the trainer's
+/// `checkpoint_dir`; `None` for an environment with no cursors and no `save_checkpoint` state
+/// (nothing to keep, as upstream writes nothing without data).
+fn checkpoint_store<E: Environment>(
+    env: &E,
+    cursors: &Cursors,
+    config: &HermesEnvConfig,
+    session: &Session,
+) -> anyhow::Result<Option<CheckpointStore>> {
+    let mut probe = crate::env::Checkpoint::default();
+    env.save_checkpoint(&mut probe)
+        .context("save_checkpoint hook failed")?;
+    if cursors.positions().is_empty() && probe.values().is_empty() {
+        debug!("the environment keeps no checkpoint data: no checkpoints");
+        return Ok(None);
+    }
+    let base = config
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| session.registration().checkpoint_dir.clone());
+    if base.is_empty() {
+        warn!(
+            "the trainer named no checkpoint_dir: the environment's checkpoints are not saved; \
+             set --env.checkpoint_dir to keep them"
+        );
+        return Ok(None);
+    }
+    Ok(Some(CheckpointStore::new(
+        std::path::Path::new(&base),
+        session.desired_name(),
+    )))
 }
 
 /// `--env.data_path_to_save_groups`: the JSONL file the sent groups also go to (a free name
@@ -393,7 +442,7 @@ impl<E: Environment> Loop<E> {
         self.status = Some(status);
         self.poll_eval().await;
         if self.curr_step != status.current_step {
-            self.step_changed(status.current_step);
+            self.step_changed(status.current_step).await;
         }
         let config = Arc::clone(self.rt.config());
         let (batch_size, total_steps) = (self.session.batch_size(), self.session.total_steps());
@@ -572,7 +621,7 @@ impl<E: Environment> Loop<E> {
 
     /// The trainer moved to step `current`: an evaluation when one is due, and the step's
     /// metrics once enough groups were sent.
-    fn step_changed(&mut self, current: i64) {
+    async fn step_changed(&mut self, current: i64) {
         let c = Arc::clone(self.rt.config());
         if boundary_crossed(self.curr_step, current, c.steps_per_eval) {
             if self.eval.is_some() {
@@ -584,12 +633,28 @@ impl<E: Environment> Loop<E> {
         let checkpoints = self.session.registration().checkpoint_interval;
         if boundary_crossed(self.curr_step, current, checkpoints) {
             let step = current.div_euclid(checkpoints) * checkpoints;
-            debug!("checkpoint step {step}: the environment keeps no checkpoint data");
+            self.save_checkpoint(step).await;
         }
         self.curr_step = current;
         if self.items_sent_this_step >= c.min_items_sent_before_logging {
             self.items_sent_this_step = 0;
             self.log_metrics();
+        }
+    }
+
+    /// Saves the environment's checkpoint as of trainer step `step`; a failure is one WARN
+    /// line (training goes on, the previous checkpoint stays).
+    async fn save_checkpoint(&mut self, step: i64) {
+        let Some(store) = &self.checkpoints else {
+            return;
+        };
+        let env = self.env.0.read().await;
+        match store.save(&*env, &self.opts.cursors, step) {
+            Ok(path) => info!("checkpoint saved: {}", path.display()),
+            Err(e) => warn!(
+                "checkpoint of step {step} not saved in {}: {e:#}",
+                store.dir().display()
+            ),
         }
     }
 
@@ -640,7 +705,17 @@ impl<E: Environment> Loop<E> {
         if self.summary.interrupted {
             self.finish_running().await;
         }
+        let unfinished = self.workers.running() + self.workers.backlog_len();
         self.workers.abort_all().await;
+        if self.checkpoints.is_some() {
+            if unfinished > 0 {
+                info!(
+                    "{unfinished} items taken but not finished are past the checkpoint's dataset \
+                     position: a restart does not run them again"
+                );
+            }
+            self.save_checkpoint(self.curr_step).await;
+        }
         if let Some(eval) = self.eval.take() {
             eval.abort();
             let _ = eval.await;

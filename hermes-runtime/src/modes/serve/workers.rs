@@ -75,6 +75,11 @@ impl<E: Environment> Workers<E> {
         self.running.len()
     }
 
+    /// Items of cancelled workers waiting to run again.
+    pub(super) fn backlog_len(&self) -> usize {
+        self.backlog.len()
+    }
+
     /// True while any task (cancelled ones included) has not been joined.
     pub(super) fn has_tasks(&self) -> bool {
         !self.joins.is_empty()
