@@ -36,6 +36,30 @@ fn keep_freed_heap() {
     }
 }
 
+/// Raises this process's soft limit of open file descriptors to its hard limit. Every live
+/// rollout or session holds a few (its inference connection, its local shell's pipes, a
+/// WebSocket), and the usual soft limit of 1,024 would refuse the thousandth; the hard limit
+/// is what the administrator allows (`ulimit -Hn`). Returns the limit now in force.
+pub fn raise_descriptor_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                ..limit
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur as u64;
+            }
+        }
+        limit.rlim_cur as u64
+    }
+}
+
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
     keep_freed_heap();
@@ -44,6 +68,8 @@ pub fn main<E: Environment>() -> ExitCode {
     let dotenv = crate::dotenv::load_from_cwd();
     crate::own_secrets::protect(&args);
     init_tracing();
+    let descriptors = raise_descriptor_limit();
+    tracing::debug!("open file descriptor limit: {descriptors} (the hard limit, ulimit -Hn)");
     crate::sandbox::docker::watchdog::enable();
     match dotenv {
         Ok(Some(report)) => tracing::info!("{}", report.describe()),
