@@ -15,8 +15,11 @@
 //! message and cores used (its user + system time over the wall), its peak resident memory
 //! (`VmHWM`) and growth per session, and sessions per core (sessions / cores used).
 //!
+//! Each level runs the Rust server twice: `rust` as above, `rust-echo` with a verifier that
+//! does no sandbox work (the Python environment's work, so no sandbox is made).
+//!
 //! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096 --steps 8 --think-ms 1000`,
-//! `-- --only rust` or `python`). The first run makes `target/openenv-venv` (openenv-core
+//! `-- --only rust` (both Rust rows), `rust-echo` or `python`). The first run makes `target/openenv-venv` (openenv-core
 //! 0.3.0 from PyPI, as the test suite does).
 
 use std::io::{BufRead, BufReader};
@@ -29,6 +32,7 @@ use hermes_env::prelude::*;
 use hermes_env::schemars::JsonSchema;
 use hermes_env::tools::{typed_tool, ToolRegistry};
 use serde_json::Value;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as Ws;
 
 /// The environment variable that makes this binary the `openenv` server.
@@ -47,6 +51,10 @@ struct EchoArgs {
 /// sandbox.
 #[hermes_env(name = "echo-bench", toolsets = ["echo"], max_agent_turns = 1000, main = false)]
 struct EchoBench {
+    /// Whether the verifier writes and reads back a file in the session's sandbox (false: the
+    /// Python echo environment's work alone, no sandbox is made).
+    #[config(default = true)]
+    sandbox_verdict: bool,
     next: usize,
 }
 
@@ -67,8 +75,13 @@ impl EchoBench {
         run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<f64> {
-        ctx.write_file("verdict.txt", item.to_string()).await?;
-        let read = ctx.read_file("verdict.txt").await?;
+        let read = match self.sandbox_verdict {
+            true => {
+                ctx.write_file("verdict.txt", item.to_string()).await?;
+                ctx.read_file("verdict.txt").await?
+            }
+            false => item.to_string(),
+        };
         Ok(
             if read == item.to_string() && run.final_response() == Some("done") {
                 1.0
@@ -142,7 +155,7 @@ impl Drop for Server {
     }
 }
 
-fn rust_server(max_sessions: usize) -> anyhow::Result<Server> {
+fn rust_server(max_sessions: usize, sandbox: bool) -> anyhow::Result<Server> {
     let tmp = tempfile::tempdir()?;
     let log = std::fs::File::create(tmp.path().join("server.log"))?;
     let mut child = Command::new(std::env::current_exe()?)
@@ -150,7 +163,8 @@ fn rust_server(max_sessions: usize) -> anyhow::Result<Server> {
         .env("TMPDIR", tmp.path())
         .args(["openenv", "--port", "0", "--max-sessions"])
         .arg(max_sessions.to_string())
-        .args(["--env.terminal_backend", "local"])
+        .args(["--env.terminal_backend", "local", "--env.sandbox_verdict"])
+        .arg(sandbox.to_string())
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()?;
@@ -281,9 +295,12 @@ async fn session(ws: String, index: usize, steps: usize, think: Duration) -> Ses
     let think_once = |rng: &mut Rng| think.mul_f64(0.5 + rng.unit());
     tokio::time::sleep(think.mul_f64(rng.unit())).await;
     let run = async {
-        let (mut socket, _) = tokio_tungstenite::connect_async(&ws)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+        // A small read buffer: the library's default (128 KiB) is zeroed on each read.
+        let config = WebSocketConfig::default().read_buffer_size(8 << 10);
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async_with_config(&ws, Some(config), false)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
         let mut ask = async |message: Value| -> Result<(Value, Duration), String> {
             let sent = Instant::now();
             socket
@@ -420,7 +437,7 @@ fn bench() -> anyhow::Result<()> {
             .trim()
     );
     println!(
-        "{:>8} {:>9} {:>9} {:>16} {:>16} {:>13} {:>6} {:>8} {:>11} {:>13}",
+        "{:>9} {:>9} {:>9} {:>16} {:>16} {:>13} {:>6} {:>8} {:>11} {:>13}",
         "server",
         "sessions",
         "success",
@@ -433,12 +450,13 @@ fn bench() -> anyhow::Result<()> {
         "sessions/core"
     );
     for &n in &levels {
-        for which in ["rust", "python"] {
-            if only.as_deref().is_some_and(|o| o != which) {
+        for which in ["rust", "rust-echo", "python"] {
+            if only.as_deref().is_some_and(|o| !which.starts_with(o)) {
                 continue;
             }
             let server = match which {
-                "rust" => rust_server(n)?,
+                "rust" => rust_server(n, true)?,
+                "rust-echo" => rust_server(n, false)?,
                 _ => python_server(n + 16)?,
             };
             let pid = server.child.id();
@@ -459,7 +477,7 @@ fn bench() -> anyhow::Result<()> {
                 quantile(&mut result.finals, 0.99),
             );
             println!(
-                "{which:>8} {:>9} {:>8.2}% {:>16} {:>16} {:>13.3} {:>6.2} {:>8.0} {:>11.1} {:>13.0}",
+                "{which:>9} {:>9} {:>8.2}% {:>16} {:>16} {:>13.3} {:>6.2} {:>8.0} {:>11.1} {:>13.0}",
                 result.sessions,
                 100.0 * result.ok as f64 / result.sessions as f64,
                 format!("{s50:.2} / {s99:.2}"),

@@ -246,3 +246,29 @@ pub async fn execute<E: Environment>(
         Mode::Serve => crate::modes::serve::main(env, rt, &cfg, name, shutdown).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_soft_descriptor_limit_is_raised_to_the_hard_limit() {
+        // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+        let hard = unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+            let lowered = libc::rlimit {
+                rlim_cur: limit.rlim_max.min(256),
+                ..limit
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lowered), 0);
+            limit.rlim_max
+        };
+        assert_eq!(super::raise_descriptor_limit(), hard as u64);
+        // SAFETY: as above.
+        let now = unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur
+        };
+        assert_eq!(now, hard);
+    }
+}
