@@ -135,7 +135,7 @@ fn sample(stop: Arc<AtomicBool>, server: u32) -> std::thread::JoinHandle<Peaks> 
             peaks.rss_kb = peaks.rss_kb.max(status_field("VmRSS"));
             peaks.threads = peaks.threads.max(status_field("Threads"));
             peaks.fds = peaks.fds.max(open_descriptors());
-            if tick % 5 == 0 {
+            if tick.is_multiple_of(5) {
                 let shells: Vec<u32> = children().into_iter().filter(|&p| p != server).collect();
                 peaks.shells = peaks.shells.max(shells.len() as u64);
                 let pss = shells.iter().map(|&p| pss_kb(p)).sum();
