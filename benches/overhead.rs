@@ -8,6 +8,11 @@
 //!
 //! Run: `cargo bench --bench overhead` (add `-- --quick` for a short run;
 //! `HERMES_OVERHEAD_FILE_TOOLS=1` for the first release's shell-free workload).
+//! `-- --live` runs thousands of live rollouts instead (see [`live`]; `--levels 256,1024,4096`,
+//! `--think-ms 1000`).
+
+#[path = "overhead/live.rs"]
+mod live;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -212,8 +217,31 @@ async fn bare_http(url: &str, calls: usize, concurrency: usize) {
         .await;
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The value after flag `name` on the command line.
+fn arg_value(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> anyhow::Result<()> {
+    if let Some(ms) = arg_value(live::SERVER_FLAG) {
+        return live::scripted_server(Duration::from_millis(ms.parse()?));
+    }
+    if std::env::args().any(|a| a == "--live") {
+        let levels = arg_value("--levels").unwrap_or_else(|| "256,1024,4096".into());
+        let levels = levels
+            .split(',')
+            .map(str::parse)
+            .collect::<Result<Vec<usize>, _>>()?;
+        let think = arg_value("--think-ms").map_or(Ok(1000), |v| v.parse())?;
+        return live::run(&levels, Duration::from_millis(think));
+    }
+    tokio::runtime::Runtime::new()?.block_on(overhead())
+}
+
+async fn overhead() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let server = ScriptedServer::start_with(policy, false).await?;
     let servers = [hermes_runtime::config::ApiServerConfig {

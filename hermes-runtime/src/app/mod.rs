@@ -36,6 +36,30 @@ fn keep_freed_heap() {
     }
 }
 
+/// Raises this process's soft limit of open file descriptors to its hard limit. Every live
+/// rollout or session holds a few (its inference connection, its local shell's pipes, a
+/// WebSocket), and the usual soft limit of 1,024 would refuse the thousandth; the hard limit
+/// is what the administrator allows (`ulimit -Hn`). Returns the limit now in force.
+pub fn raise_descriptor_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                ..limit
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur as u64;
+            }
+        }
+        limit.rlim_cur as u64
+    }
+}
+
 /// Entry point called by the `main` that `#[hermes_env]` generates.
 pub fn main<E: Environment>() -> ExitCode {
     keep_freed_heap();
@@ -44,6 +68,8 @@ pub fn main<E: Environment>() -> ExitCode {
     let dotenv = crate::dotenv::load_from_cwd();
     crate::own_secrets::protect(&args);
     init_tracing();
+    let descriptors = raise_descriptor_limit();
+    tracing::debug!("open file descriptor limit: {descriptors} (the hard limit, ulimit -Hn)");
     crate::sandbox::docker::watchdog::enable();
     match dotenv {
         Ok(Some(report)) => tracing::info!("{}", report.describe()),
@@ -219,5 +245,31 @@ pub async fn execute<E: Environment>(
         Mode::Process => crate::modes::process::main(&mut env, &rt, &cfg, name, shutdown).await,
         Mode::Evaluate => crate::modes::evaluate::main(&env, &rt, &cfg, name, shutdown).await,
         Mode::Serve => crate::modes::serve::main(env, rt, &cfg, name, cursors, shutdown).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_soft_descriptor_limit_is_raised_to_the_hard_limit() {
+        // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+        let hard = unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+            let lowered = libc::rlimit {
+                rlim_cur: limit.rlim_max.min(256),
+                ..limit
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lowered), 0);
+            limit.rlim_max
+        };
+        assert_eq!(super::raise_descriptor_limit(), hard as u64);
+        // SAFETY: as above.
+        let now = unsafe {
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur
+        };
+        assert_eq!(now, hard);
     }
 }

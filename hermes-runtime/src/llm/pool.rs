@@ -177,8 +177,15 @@ impl ServerPool {
             .iter()
             .map(|c| endpoint(c).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
+        // As many idle connections per host as requests may be in flight to one server: with
+        // fewer, every turn of thousands of live rollouts would reconnect most of them.
+        let idle = configs
+            .iter()
+            .map(|c| c.num_max_requests_at_once.max(c.num_requests_for_eval))
+            .max()
+            .map_or(IDLE_PER_HOST, |n| (n.max(1) as usize).max(IDLE_PER_HOST));
         Ok(ServerPool {
-            http: http_client()?,
+            http: http_client(idle)?,
             state: Mutex::new(endpoints.iter().map(|_| EndpointState::default()).collect()),
             endpoints,
             changed: Notify::new(),
@@ -598,15 +605,18 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 const KEEPALIVE_PROBES: u32 = 3;
 
+/// Idle connections kept per host at least.
+const IDLE_PER_HOST: usize = 256;
+
 /// The HTTP client shared by the inference clients: rustls with the ring provider, a 30 s
-/// connect timeout, TCP keepalive and a large idle pool for many concurrent rollouts.
-fn http_client() -> Result<reqwest::Client, LlmError> {
+/// connect timeout, TCP keepalive and an idle pool of `idle` connections per host.
+fn http_client(idle: usize) -> Result<reqwest::Client, LlmError> {
     crate::tls::client_builder()
         .connect_timeout(Duration::from_secs(30))
         .tcp_keepalive(KEEPALIVE_IDLE)
         .tcp_keepalive_interval(KEEPALIVE_INTERVAL)
         .tcp_keepalive_retries(KEEPALIVE_PROBES)
-        .pool_max_idle_per_host(256)
+        .pool_max_idle_per_host(idle)
         .build()
         .map_err(|e| LlmError::Config(format!("HTTP client: {e}")))
 }

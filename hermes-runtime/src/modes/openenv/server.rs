@@ -235,8 +235,14 @@ async fn ws<E: Environment>(
 ) -> Response {
     upgrade
         .max_message_size(16 << 20)
+        .read_buffer_size(WS_READ_BUFFER)
         .on_upgrade(move |socket| session(s, socket))
 }
+
+/// The read buffer of a session's socket. The WebSocket library's default (128 KiB) is
+/// allocated and filled per connection and was most of a session's memory; messages are a
+/// few hundred bytes, and longer ones are read in several chunks.
+const WS_READ_BUFFER: usize = 8 << 10;
 
 /// How long a refused connection stays open for the client to send its first message.
 const REFUSAL_LINGER: Duration = Duration::from_secs(10);

@@ -1,0 +1,506 @@
+//! Concurrent OpenEnv sessions: N WebSocket sessions at once against an environment served by
+//! `openenv` (this binary re-executed as the server: the generated `main`, one thread, local
+//! sandboxes), and the same load, in the same run, against `openenv-core`'s own Python server
+//! (its `create_app` under uvicorn) hosting a minimal echo environment (`echo_env.py`).
+//!
+//! Each session: connect to `/ws`, `reset`, K `call_tool` steps of an `echo` tool (in-process
+//! on both sides: what is measured is the server's own cost per step), then the final answer,
+//! whose verification touches the session's sandbox (a file written and read back in its
+//! scratch directory), then `close`. Between messages a session thinks as a model would: a
+//! uniform 0.5–1.5 s (`--think-ms` is the mean), and sessions open spread over the first
+//! think, so each level holds all its sessions open at once.
+//!
+//! Per server and level: sessions that ended with reward 1.0 (success), p50 / p99 latency of
+//! the echo steps and of the final answer (client-side, send to reply), the server's CPU per
+//! message and cores used (its user + system time over the wall), its peak resident memory
+//! (`VmHWM`) and growth per session, and sessions per core (sessions / cores used).
+//!
+//! Each level runs the Rust server twice: `rust` as above, `rust-echo` with a verifier that
+//! does no sandbox work (the Python environment's work, so no sandbox is made).
+//!
+//! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096 --steps 8 --think-ms 1000`,
+//! `-- --only rust` (both Rust rows), `rust-echo` or `python`). The first run makes `target/openenv-venv` (openenv-core
+//! 0.3.0 from PyPI, as the test suite does).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use hermes_env::prelude::*;
+use hermes_env::schemars::JsonSchema;
+use hermes_env::tools::{typed_tool, ToolRegistry};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message as Ws;
+
+/// The environment variable that makes this binary the `openenv` server.
+const ROLE: &str = "HERMES_OPENENV_BENCH_SERVER";
+
+/// Arguments of `echo`.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(crate = "hermes_env::schemars")]
+struct EchoArgs {
+    /// Text to send back.
+    message: String,
+}
+
+/// An environment whose one tool echoes its argument (in-process, no sandbox); the final
+/// answer "done" is paid 1.0 after the verifier wrote and read back a file in the session's
+/// sandbox.
+#[hermes_env(name = "echo-bench", toolsets = ["echo"], max_agent_turns = 1000, main = false)]
+struct EchoBench {
+    /// Whether the verifier writes and reads back a file in the session's sandbox (false: the
+    /// Python echo environment's work alone, no sandbox is made).
+    #[config(default = true)]
+    sandbox_verdict: bool,
+    next: usize,
+}
+
+#[hermes_env::hooks]
+impl EchoBench {
+    async fn get_next_item(&mut self) -> Option<usize> {
+        self.next += 1;
+        Some(self.next)
+    }
+
+    fn format_prompt(&self, item: &usize) -> String {
+        format!("Echo a few messages, then answer `done` (task {item}).")
+    }
+
+    async fn compute_reward(
+        &self,
+        item: &usize,
+        run: &AgentResult,
+        ctx: &ToolContext,
+    ) -> Result<f64> {
+        let read = match self.sandbox_verdict {
+            true => {
+                ctx.write_file("verdict.txt", item.to_string()).await?;
+                ctx.read_file("verdict.txt").await?
+            }
+            false => item.to_string(),
+        };
+        Ok(
+            if read == item.to_string() && run.final_response() == Some("done") {
+                1.0
+            } else {
+                0.0
+            },
+        )
+    }
+
+    fn register_tools(&self, registry: &mut ToolRegistry) {
+        registry.register(typed_tool(
+            "echo",
+            "Send the message back.",
+            "echo",
+            |args: EchoArgs| async move { Ok::<_, anyhow::Error>(args.message) },
+        ));
+    }
+}
+
+/// The value after flag `name`.
+fn arg_value(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os(ROLE).is_some() {
+        return hermes_env::__private::main::<EchoBench>();
+    }
+    match bench() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a load against one server gave.
+struct Load {
+    sessions: usize,
+    ok: usize,
+    first_failure: Option<String>,
+    steps: Vec<Duration>,
+    finals: Vec<Duration>,
+    wall: Duration,
+}
+
+/// A server under test: its process and WebSocket URL.
+struct Server {
+    child: Child,
+    ws: String,
+    _tmp: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rust_server(max_sessions: usize, sandbox: bool) -> anyhow::Result<Server> {
+    let tmp = tempfile::tempdir()?;
+    let log = std::fs::File::create(tmp.path().join("server.log"))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ROLE, "1")
+        .env("TMPDIR", tmp.path())
+        .args(["openenv", "--port", "0", "--max-sessions"])
+        .arg(max_sessions.to_string())
+        .args(["--env.terminal_backend", "local", "--env.sandbox_verdict"])
+        .arg(sandbox.to_string())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+    let Some(url) = line.trim().strip_prefix("openenv listening on http://") else {
+        let log = std::fs::read_to_string(tmp.path().join("server.log")).unwrap_or_default();
+        anyhow::bail!("the openenv server did not start: {line:?}\n{log}");
+    };
+    Ok(Server {
+        ws: format!("ws://{url}/ws"),
+        child,
+        _tmp: tmp,
+    })
+}
+
+/// `target/openenv-venv/bin/python` with openenv-core 0.3.0 (made here when missing, with
+/// the test suite's install steps).
+fn openenv_python() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
+    let venv = target.join("openenv-venv");
+    let python = venv.join("bin/python");
+    let probe = "from openenv.core.env_server.http_server import create_app; import uvicorn";
+    let ready = || {
+        Command::new(&python)
+            .args(["-c", probe])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ready() {
+        println!("creating {} (openenv-core 0.3.0 from PyPI)", venv.display());
+        let run = |program: &std::path::Path, args: &[&str]| -> anyhow::Result<()> {
+            let out = Command::new(program).args(args).output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "`{} {}` failed (this bench needs Python 3 and PyPI):\n{}",
+                program.display(),
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        };
+        run("python3".as_ref(), &["-m", "venv", venv.to_str().unwrap()])?;
+        let pip = venv.join("bin/pip");
+        run(
+            &pip,
+            &["install", "--quiet", "--no-deps", "openenv-core==0.3.0"],
+        )?;
+        run(
+            &pip,
+            &[
+                "install",
+                "--quiet",
+                "fastapi",
+                "pydantic",
+                "uvicorn",
+                "requests",
+                "websockets>=15.0.1",
+                "httpx",
+                "fastmcp",
+            ],
+        )?;
+    }
+    Ok(python)
+}
+
+fn python_server(max_sessions: usize) -> anyhow::Result<Server> {
+    let python = openenv_python()?;
+    let tmp = tempfile::tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/openenv/echo_env.py");
+    let log = std::fs::File::create(tmp.path().join("server.log"))?;
+    let child = Command::new(python)
+        .arg(script)
+        .args([port.to_string(), max_sessions.to_string()])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let server = Server {
+        ws: format!("ws://127.0.0.1:{port}/ws"),
+        child,
+        _tmp: tmp,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the Python server did not listen within 60 s: {}",
+            std::fs::read_to_string(server._tmp.path().join("server.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(server)
+}
+
+/// A small deterministic generator (xorshift), one per session.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What one session measured; `Err` says why it did not end at reward 1.0.
+struct Session {
+    steps: Vec<Duration>,
+    fin: Option<Duration>,
+    result: Result<(), String>,
+}
+
+const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
+
+async fn session(ws: String, index: usize, steps: usize, think: Duration) -> Session {
+    let mut rng =
+        Rng(0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut out = Session {
+        steps: Vec::with_capacity(steps),
+        fin: None,
+        result: Ok(()),
+    };
+    let think_once = |rng: &mut Rng| think.mul_f64(0.5 + rng.unit());
+    tokio::time::sleep(think.mul_f64(rng.unit())).await;
+    let run = async {
+        // A small read buffer: the library's default (128 KiB) is zeroed on each read.
+        let config = WebSocketConfig::default().read_buffer_size(8 << 10);
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async_with_config(&ws, Some(config), false)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+        let mut ask = async |message: Value| -> Result<(Value, Duration), String> {
+            let sent = Instant::now();
+            socket
+                .send(Ws::text(message.to_string()))
+                .await
+                .map_err(|e| format!("send: {e}"))?;
+            loop {
+                let reply = tokio::time::timeout(REPLY_TIMEOUT, socket.next())
+                    .await
+                    .map_err(|_| "no reply within 120 s".to_owned())?
+                    .ok_or("connection closed")?
+                    .map_err(|e| format!("receive: {e}"))?;
+                if let Ws::Text(text) = reply {
+                    let value: Value =
+                        serde_json::from_str(&text).map_err(|e| format!("reply: {e}"))?;
+                    return match value["type"] == "observation" {
+                        true => Ok((value["data"].clone(), sent.elapsed())),
+                        false => Err(format!("reply: {value}")),
+                    };
+                }
+            }
+        };
+        ask(json!({"type": "reset", "data": {}})).await?;
+        for i in 0..steps {
+            tokio::time::sleep(think_once(&mut rng)).await;
+            let message = format!("hello {index}.{i}");
+            let (data, took) = ask(json!({"type": "step", "data": {
+                "type": "call_tool", "tool_name": "echo", "arguments": {"message": message}}}))
+            .await?;
+            let result = data["observation"]["result"].as_str().unwrap_or_default();
+            if !result.contains(&message) {
+                return Err(format!("echo step {i}: {data}"));
+            }
+            out.steps.push(took);
+        }
+        tokio::time::sleep(think_once(&mut rng)).await;
+        let (data, took) =
+            ask(json!({"type": "step", "data": {"type": "submit", "answer": "done"}})).await?;
+        out.fin = Some(took);
+        if data["reward"] != json!(1.0) || data["done"] != json!(true) {
+            return Err(format!("final answer: {data}"));
+        }
+        let _ = socket
+            .send(Ws::text(json!({"type": "close"}).to_string()))
+            .await;
+        let _ = socket.close(None).await;
+        Ok(())
+    };
+    out.result = run.await;
+    out
+}
+
+async fn load(ws: &str, sessions: usize, steps: usize, think: Duration) -> Load {
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..sessions)
+        .map(|i| tokio::spawn(session(ws.to_owned(), i, steps, think)))
+        .collect();
+    let mut done = Load {
+        sessions,
+        ok: 0,
+        first_failure: None,
+        steps: Vec::new(),
+        finals: Vec::new(),
+        wall: Duration::ZERO,
+    };
+    for task in tasks {
+        let s = task.await.expect("session task");
+        done.steps.extend(s.steps);
+        done.finals.extend(s.fin);
+        match s.result {
+            Ok(()) => done.ok += 1,
+            Err(e) => {
+                done.first_failure.get_or_insert(e);
+            }
+        }
+    }
+    done.wall = start.elapsed();
+    done
+}
+
+/// User + system CPU time of process `pid` (`/proc/PID/stat`, in 10 ms ticks).
+fn cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// A `/proc/PID/status` field in kB (`VmHWM`, `VmRSS`) or a count (`Threads`).
+fn status_of(pid: u32, name: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn quantile(v: &mut [Duration], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v[i].as_secs_f64() * 1e3
+}
+
+fn bench() -> anyhow::Result<()> {
+    let limit = hermes_runtime::app::raise_descriptor_limit();
+    let levels: Vec<usize> = arg_value("--levels")
+        .unwrap_or_else(|| "256,1024,4096".into())
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let steps: usize = arg_value("--steps").map_or(Ok(8), |v| v.parse())?;
+    let think = Duration::from_millis(arg_value("--think-ms").map_or(Ok(1000), |v| v.parse())?);
+    let only = arg_value("--only");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "openenv sessions: reset, {steps} echo steps, final answer; think {} ms mean per message; \
+         {} cores; open-file limit {limit}; load average {}",
+        think.as_millis(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!(
+        "{:>9} {:>9} {:>9} {:>16} {:>16} {:>13} {:>6} {:>8} {:>11} {:>13}",
+        "server",
+        "sessions",
+        "success",
+        "step p50/p99 ms",
+        "final p50/p99",
+        "cpu ms/msg",
+        "cores",
+        "peak MB",
+        "KB/session",
+        "sessions/core"
+    );
+    for &n in &levels {
+        for which in ["rust", "rust-echo", "python"] {
+            if only.as_deref().is_some_and(|o| !which.starts_with(o)) {
+                continue;
+            }
+            let server = match which {
+                "rust" => rust_server(n, true)?,
+                "rust-echo" => rust_server(n, false)?,
+                _ => python_server(n + 16)?,
+            };
+            let pid = server.child.id();
+            std::thread::sleep(Duration::from_millis(500));
+            let (rss0, cpu0) = (status_of(pid, "VmRSS"), cpu_of(pid));
+            let mut result = rt.block_on(load(&server.ws, n, steps, think));
+            let cpu = cpu_of(pid) - cpu0;
+            let hwm = status_of(pid, "VmHWM");
+            drop(server);
+            let messages = n * (steps + 2);
+            let cores = cpu.as_secs_f64() / result.wall.as_secs_f64();
+            let (s50, s99) = (
+                quantile(&mut result.steps, 0.5),
+                quantile(&mut result.steps, 0.99),
+            );
+            let (f50, f99) = (
+                quantile(&mut result.finals, 0.5),
+                quantile(&mut result.finals, 0.99),
+            );
+            println!(
+                "{which:>9} {:>9} {:>8.2}% {:>16} {:>16} {:>13.3} {:>6.2} {:>8.0} {:>11.1} {:>13.0}",
+                result.sessions,
+                100.0 * result.ok as f64 / result.sessions as f64,
+                format!("{s50:.2} / {s99:.2}"),
+                format!("{f50:.1} / {f99:.1}"),
+                cpu.as_secs_f64() * 1e3 / messages as f64,
+                cores,
+                hwm as f64 / 1024.0,
+                hwm.saturating_sub(rss0) as f64 / n as f64,
+                n as f64 / cores.max(1e-9),
+            );
+            if let Some(why) = &result.first_failure {
+                println!(
+                    "         {} failed; the first: {}",
+                    result.sessions - result.ok,
+                    why.chars().take(300).collect::<String>()
+                );
+            }
+        }
+    }
+    println!(
+        "latency: client-side, send to reply, on the same machine (the client shares the cores);"
+    );
+    println!("cpu/msg = the server process's user+system time / messages (reset, steps, final); cores = that time / wall;");
+    println!("peak MB = the server's VmHWM; KB/session = (VmHWM - RSS before the load) / sessions; sessions/core = sessions / cores");
+    Ok(())
+}
