@@ -55,6 +55,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "terminal_backend",
     "terminal_timeout",
     "terminal_lifetime",
+    "local_confinement",
     "docker_image",
     "docker_host",
     "container_memory_mb",

@@ -166,6 +166,8 @@ config_section! {
         /// Longest life of a docker sandbox in seconds, counted from when its rollout gets it: the daemon then stops and removes the container, even if this process was killed.
         #[range(1, SECONDS_MAX)]
         terminal_lifetime: i64 = 3600,
+        /// Local backend: confine each sandbox where the kernel allows (Landlock: its commands read the system and their PATH, write only their own directory, signal nothing outside it; a cgroup kills its processes as one), said at start. false: the model's commands read and write whatever this user can.
+        local_confinement: bool = true,
         /// Docker image of every sandbox (an environment's sandbox_spec hook may choose another per item).
         docker_image: String = "hermes-env/python:latest".into(),
         /// Docker daemon address (unix:///path, tcp://host:port, tcp://host:port?tls=DIR or ssh://[user@]host[?key=PATH]); null = DOCKER_HOST or the local socket.

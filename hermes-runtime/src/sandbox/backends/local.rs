@@ -22,6 +22,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
+use super::local_confine::{self, Confiner, Domain};
 use super::local_reaper;
 use crate::sandbox::api::{
     ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
@@ -203,6 +204,15 @@ impl CommandEnv {
         env
     }
 
+    /// The commands' `PATH`.
+    fn path(&self) -> OsString {
+        self.inherited
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
     /// The whole environment of a command in the sandbox at `home`: the inherited variables,
     /// `HOME` = the scratch directory, then the `container_env` entries (later entries win).
     /// Nothing else of the host is inherited.
@@ -259,6 +269,8 @@ pub struct LocalProvider {
     /// it can be made (else they go beside the scratch directories, under `root`).
     state_root: Option<PathBuf>,
     env: CommandEnv,
+    /// What confines each sandbox's processes (nothing unless [`LocalProvider::confined`]).
+    confiner: Arc<Confiner>,
 }
 
 /// Where the shells keep their working directory first: a file made, rewritten three times per
@@ -300,7 +312,24 @@ impl LocalProvider {
             root,
             state_root,
             env: CommandEnv::read(&[]),
+            confiner: Arc::new(Confiner::off()),
         })
+    }
+
+    /// Confines each sandbox where the kernel allows (`on`), saying at start what it gets;
+    /// `off` says once that the sandboxes are the user's shell.
+    pub fn confined(mut self, on: bool) -> Self {
+        if !on {
+            info!(
+                "local sandboxes: not confined (--env.local_confinement false): the model's \
+                 commands read and write whatever this user can"
+            );
+            return self;
+        }
+        let run = self.root.file_name().unwrap_or_default().to_string_lossy();
+        let path = self.env.path();
+        self.confiner = Arc::new(Confiner::probe(&run, &path));
+        self
     }
 
     /// Adds the author's `container_env` (`KEY=VALUE` entries) to every command's
@@ -318,6 +347,7 @@ impl LocalProvider {
 
 impl Drop for LocalProvider {
     fn drop(&mut self) {
+        local_confine::remove_run_cgroup(&self.confiner);
         let _ = std::fs::remove_dir_all(&self.root);
         if let Some(state_root) = &self.state_root {
             let _ = std::fs::remove_dir_all(state_root);
@@ -353,12 +383,9 @@ impl SandboxProvider for LocalProvider {
             doing: format!("creating {}", dir.display()),
             source: e,
         })?;
-        Ok(Arc::new(LocalSandbox::in_env(
-            task_id,
-            dir,
-            &self.env,
-            self.state_root.as_deref(),
-        )))
+        let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
+        sandbox.confine(&self.confiner)?;
+        Ok(Arc::new(sandbox))
     }
 }
 
@@ -403,6 +430,12 @@ pub struct LocalSandbox {
     /// in the provider's [`STATE_DIR`] directory, else beside the scratch directory (never in
     /// it).
     state_files: Vec<PathBuf>,
+    /// The Landlock domain and cgroup its processes enter (none for an unconfined sandbox).
+    domain: Domain,
+    /// Its own temp directory (`TMPDIR`), beside the scratch directory, when confined.
+    tmp: Option<PathBuf>,
+    /// The trees its file tools may read besides its own (confined sandboxes only).
+    readable: Arc<Confiner>,
 }
 
 impl LocalSandbox {
@@ -446,7 +479,73 @@ impl LocalSandbox {
             start_dir,
             birth: Birth::now(),
             survivors: Mutex::new(Vec::new()),
+            domain: Domain::default(),
+            tmp: None,
+            readable: Arc::new(Confiner::off()),
         }
+    }
+
+    /// Puts the sandbox's processes in a Landlock domain and cgroup of their own, as far as
+    /// `confiner` can: they write only the scratch directory, a temp directory beside it
+    /// (their `TMPDIR`) and the shell's state file.
+    fn confine(&mut self, confiner: &Arc<Confiner>) -> Result<(), SandboxError> {
+        let name = self
+            .dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if confiner.confines_files() {
+            let tmp = self.dir.with_file_name(format!("{name}.tmp"));
+            std::fs::create_dir_all(&tmp).map_err(|e| SandboxError::CreateIo {
+                doing: format!("creating {}", tmp.display()),
+                source: e,
+            })?;
+            self.env.retain(|(k, _)| k != "TMPDIR");
+            self.env.push(("TMPDIR".into(), tmp.clone().into()));
+            self.tmp = Some(tmp);
+        }
+        let writable: Vec<&Path> = std::iter::once(self.dir.as_path())
+            .chain(self.tmp.as_deref())
+            .collect();
+        let files: Vec<&Path> = self
+            .state_files
+            .iter()
+            .take(1)
+            .map(PathBuf::as_path)
+            .collect();
+        self.domain = confiner.domain(&name, &writable, &files);
+        if self.domain.confines_files() {
+            self.readable = Arc::clone(confiner);
+        }
+        Ok(())
+    }
+
+    /// The host path a file tool's `path` names, when a confined sandbox may reach it: inside
+    /// its own directories, or (to read) in the system trees its commands read — never
+    /// `/proc` (this process's own files are there) or `/sys`. The checks are made on the
+    /// path with its links resolved, which the open then requires to have no link.
+    fn file_tool_path(&self, path: &str, write: bool) -> Result<PathBuf, SandboxError> {
+        let p = self.resolve(path);
+        if !self.domain.confines_files() {
+            return Ok(p);
+        }
+        let refused = || {
+            SandboxError::Path(format!(
+                "{path} is outside this sandbox (its file tools {} only its own directory{})",
+                if write { "write" } else { "read" },
+                if write { "" } else { " and the system's files" }
+            ))
+        };
+        let real = real_path(&p).ok_or_else(refused)?;
+        let own = std::iter::once(&self.dir)
+            .chain(self.tmp.as_ref())
+            .filter_map(|d| std::fs::canonicalize(d).ok())
+            .any(|d| real.starts_with(&d));
+        if own || (!write && self.readable.file_tools_read(&real)) {
+            return Ok(real);
+        }
+        Err(refused())
     }
 
     /// Adds `KEY=VALUE` entries to every command's environment.
@@ -507,7 +606,9 @@ impl LocalSandbox {
         };
         self.spawned.store(true, SeqCst);
         let before = ticks_now();
-        let mut child = bash_command(&self.bash)
+        let mut command = bash_command(&self.bash);
+        self.domain.enter(&mut command);
+        let mut child = command
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -629,6 +730,7 @@ impl LocalSandbox {
         let stdout = writer.into_blocking_fd().map_err(io)?;
         let stderr = stdout.try_clone().map_err(io)?;
         let mut command = launch_command(launch);
+        self.domain.enter(&mut command);
         command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
         let before = ticks_now();
         let spawned = command.spawn();
@@ -743,7 +845,9 @@ impl LocalSandbox {
             .collect();
         let argv = shell_argv(&state_files);
         self.spawned.store(true, SeqCst);
-        let mut child = bash_command(&self.bash)
+        let mut command = bash_command(&self.bash);
+        self.domain.enter(&mut command);
+        let mut child = command
             .args(&argv[1..])
             .current_dir(&self.dir)
             .env_clear()
@@ -775,6 +879,7 @@ impl LocalSandbox {
             survivor.kill();
         }
         self.process_groups.kill_all();
+        self.domain.kill_all();
     }
 }
 
@@ -953,12 +1058,12 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let (p, shown) = (self.resolve(path), path.to_owned());
+        let (p, shown) = (self.file_tool_path(path, false)?, path.to_owned());
         blocking(move || read_regular(&p, &shown, READ_LIMIT)).await
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
-        let p = self.resolve(path);
+        let p = self.file_tool_path(path, true)?;
         let parent = p
             .parent()
             .map(Path::to_path_buf)
@@ -1021,8 +1126,17 @@ impl Sandbox for LocalSandbox {
         // it is registered as a `FrameworkShell`, which every scan passes over.
         let groups = self.process_groups.current();
         let (home, rules, birth) = (self.dir.clone(), rules.clone(), self.birth);
-        let (kill, kept) =
-            blocking(move || Ok(kill_local_leftovers(&home, &groups, &rules, &birth))).await?;
+        let members = self.domain.members_file();
+        let (kill, kept) = blocking(move || {
+            Ok(kill_local_leftovers(
+                &home,
+                &groups,
+                members.as_deref(),
+                &rules,
+                &birth,
+            ))
+        })
+        .await?;
         self.survivors.lock().expect("lock poisoned").extend(kept);
         Ok(kill)
     }
@@ -1047,6 +1161,11 @@ impl Sandbox for LocalSandbox {
         // What the reset passed over: the survivors and their groups.
         self.kill_all();
         let (state_files, dir) = (self.state_files.clone(), self.dir.clone());
+        if let Some(tmp) = self.tmp.clone() {
+            blocking(move || Ok(std::fs::remove_dir_all(tmp)))
+                .await?
+                .ok();
+        }
         blocking(move || {
             for file in &state_files {
                 let _ = std::fs::remove_file(file);
@@ -1069,5 +1188,28 @@ impl Drop for LocalSandbox {
             let _ = std::fs::remove_file(file);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(tmp) = &self.tmp {
+            let _ = std::fs::remove_dir_all(tmp);
+        }
+    }
+}
+
+/// `path` with its links resolved; for a path that does not exist yet, its deepest existing
+/// ancestor's real path with the rest appended (none of which exists, so none is a link).
+/// `None` when the missing rest climbs (`..`).
+fn real_path(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        let last = at.components().next_back()?;
+        if !matches!(last, Component::Normal(_)) {
+            return None;
+        }
+        rest.push(at.file_name()?.to_owned());
+        at = at.parent()?;
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod docker;
 pub(super) mod local;
+mod local_confine;
 mod local_reaper;
 pub(super) mod ssh;
 pub(super) mod start;

@@ -65,7 +65,8 @@ pub async fn start_backend(
         Backend::Local => {
             let provider = LocalProvider::new()
                 .context("cannot create the local sandbox root")?
-                .with_env(env.container_env.clone().unwrap_or_default());
+                .with_env(env.container_env.clone().unwrap_or_default())
+                .confined(env.local_confinement);
             let root = provider.root().to_path_buf();
             StartedBackend {
                 provider: Arc::new(provider),

@@ -30,6 +30,7 @@ use crate::sandbox::survival::{LeftoverKill, LeftoverRules, OwnProcess, Survivor
 pub(crate) fn kill_local_leftovers(
     home: &Path,
     groups: &[i32],
+    cgroup_procs: Option<&Path>,
     rules: &LeftoverRules,
     birth: &Birth,
 ) -> (LeftoverKill, Vec<KeptSurvivor>) {
@@ -43,19 +44,29 @@ pub(crate) fn kill_local_leftovers(
     let carries_home = |pid: u32| {
         environment(pid).is_some_and(|env| env.split(|&b| b == 0).any(|e| e == marker.as_bytes()))
     };
-    let ours = |p: &ProcessRow| {
+    // The sandbox's cgroup lists its processes whatever their environment or session.
+    let members = || -> BTreeSet<u32> {
+        cgroup_procs
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    };
+    let ours = |p: &ProcessRow, members: &BTreeSet<u32>| {
         // Kernel threads (children of kthreadd, pid 2) have no environment to read.
         let kernel = p.pid == 2 || p.ppid == 2;
         p.pid != me
             && !p.zombie
             && !kernel
-            && (groups.contains(&p.pgrp) || (p.started >= birth.ticks && carries_home(p.pid)))
+            && (groups.contains(&p.pgrp)
+                || members.contains(&p.pid)
+                || (p.started >= birth.ticks && carries_home(p.pid)))
     };
     for _round in 0..STOP_ROUNDS {
         let table = birth.processes_since();
+        let members = members();
         let mut found = false;
         for p in &table {
-            if seen.contains(&p.pid) || !ours(p) {
+            if seen.contains(&p.pid) || !ours(p, &members) {
                 continue;
             }
             if survivors.admit(p.pid) {
@@ -93,8 +104,9 @@ pub(crate) fn kill_local_leftovers(
     }
     for _round in 0..3 {
         let mut found = false;
+        let members = members();
         for p in &birth.processes_since() {
-            if seen.contains(&p.pid) || !ours(p) {
+            if seen.contains(&p.pid) || !ours(p, &members) {
                 continue;
             }
             let command = command_line(p.pid);
@@ -517,9 +529,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(process_row(pid).is_some(), "its /proc row is read");
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
-            .0
-            .leftovers;
+        let killed =
+            kill_local_leftovers(home.path(), &[], None, &LeftoverRules::default(), &birth)
+                .0
+                .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -550,14 +563,16 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let registered = FrameworkShell::register(pid);
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
-            .0
-            .leftovers;
+        let killed =
+            kill_local_leftovers(home.path(), &[], None, &LeftoverRules::default(), &birth)
+                .0
+                .leftovers;
         assert!(killed.is_empty(), "{killed:?}");
         drop(registered);
-        let killed = kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), &birth)
-            .0
-            .leftovers;
+        let killed =
+            kill_local_leftovers(home.path(), &[], None, &LeftoverRules::default(), &birth)
+                .0
+                .leftovers;
         let status = child.wait().unwrap();
         assert!(
             killed.iter().any(|k| k.starts_with(&format!("{pid} "))),
@@ -602,9 +617,15 @@ mod tests {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();
-                        kill_local_leftovers(home.path(), &[], &LeftoverRules::default(), birth)
-                            .0
-                            .leftovers
+                        kill_local_leftovers(
+                            home.path(),
+                            &[],
+                            None,
+                            &LeftoverRules::default(),
+                            birth,
+                        )
+                        .0
+                        .leftovers
                     })
                 })
                 .collect();

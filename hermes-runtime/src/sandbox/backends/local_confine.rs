@@ -1,0 +1,417 @@
+//! The local backend's boundary, where the kernel allows one. Every process a local sandbox
+//! starts (its shell, one-shot commands, programs started without a shell) enters, before it
+//! `exec`s:
+//! - a **Landlock domain**: it reads and runs the system (`/usr`, `/etc`, the directories on
+//!   its `PATH`, …), writes only its own scratch and temp directories and a few devices, cannot
+//!   read a sibling's directory or the user's files, and cannot signal or `ptrace` a process
+//!   outside its domain — which also keeps `/proc/<pid>/environ` of this process out of its
+//!   reach;
+//! - a **cgroup** of its own under this run's: the leftover scan lists its members whatever
+//!   their environment, session or name, and teardown kills them all at once (`cgroup.kill`).
+//!
+//! What the kernel cannot give is said once at start, as a warning naming the knob
+//! (`--env.local_confinement`). Named UNIX sockets are outside Landlock's file rules: a
+//! sandbox running as a user who may use the Docker socket can still reach the daemon.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use landlock::{
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
+};
+use tokio::process::Command;
+use tracing::{info, warn};
+
+/// The Landlock ABI whose rights the rulesets handle (best effort below it).
+const ABI_USED: ABI = ABI::V6;
+
+/// `CAP_SYS_PTRACE` (linux/capability.h).
+const CAP_SYS_PTRACE: libc::c_ulong = 19;
+
+/// System trees a confined sandbox reads and runs programs from.
+const SYSTEM_READ: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys",
+];
+
+/// Devices a confined sandbox reads and writes (besides its own terminal).
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+];
+
+/// What the kernel allows this run, probed once per provider.
+#[derive(Debug)]
+pub(crate) struct Confiner {
+    /// Landlock's ABI version, when confinement is on and the kernel has Landlock.
+    landlock: Option<i32>,
+    /// Directories read (and run from) besides [`SYSTEM_READ`]: the `PATH`'s.
+    path_dirs: Vec<PathBuf>,
+    /// This run's cgroup, when one could be made.
+    cgroups: Option<PathBuf>,
+}
+
+impl Confiner {
+    /// No confinement: the sandbox's processes are the user's.
+    pub fn off() -> Self {
+        Confiner {
+            landlock: None,
+            path_dirs: Vec::new(),
+            cgroups: None,
+        }
+    }
+
+    /// Probes Landlock and cgroup v2 for a run named `run`, commands having `path` as `PATH`;
+    /// says in one line what each sandbox gets (a warning for what it cannot get).
+    pub fn probe(run: &str, path: &OsStr) -> Self {
+        let landlock = landlock_abi();
+        let cgroups = run_cgroup(run);
+        let path_dirs = readable_path_dirs(path);
+        match (&landlock, &cgroups) {
+            (Ok(abi), Ok(cg)) => info!(
+                "local sandboxes: confined (Landlock ABI {abi}: each reads the system and its \
+                 PATH, writes only its own directory, signals nothing outside it; cgroup {} \
+                 kills each sandbox's processes as one); --env.local_confinement false turns it off",
+                cg.display()
+            ),
+            _ => warn!(
+                "local sandboxes are NOT fully confined: {}{}; a rollout's commands can {}. Use \
+                 --env.terminal_backend docker for isolation (--env.local_confinement false \
+                 silences this)",
+                landlock
+                    .as_ref()
+                    .err()
+                    .map(|e| format!("no Landlock ({e})"))
+                    .unwrap_or_default(),
+                cgroups
+                    .as_ref()
+                    .err()
+                    .map(|e| {
+                        let sep = if landlock.is_err() { "; " } else { "" };
+                        format!("{sep}no cgroup per sandbox ({e})")
+                    })
+                    .unwrap_or_default(),
+                match (&landlock, &cgroups) {
+                    (Err(_), Err(_)) => "read and write the user's and other rollouts' files, \
+                                         and a process that leaves its session can outlive it",
+                    (Err(_), _) => "read and write the user's and other rollouts' files",
+                    _ => "leave a process that left its session running until teardown",
+                }
+            ),
+        }
+        if landlock.is_ok() {
+            // Its `/proc/<pid>/…` (environment, memory, descriptors: the user's secrets, the
+            // other sandboxes' pipes) then needs CAP_SYS_PTRACE, which confined commands drop.
+            // SAFETY: prctl(2) with integer arguments.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        }
+        Confiner {
+            landlock: landlock.ok(),
+            path_dirs,
+            cgroups: cgroups.ok(),
+        }
+    }
+
+    /// Whether sandboxes are confined by Landlock.
+    pub fn confines_files(&self) -> bool {
+        self.landlock.is_some()
+    }
+
+    /// Whether a confined sandbox's file tools may read `real` (a path without links) outside
+    /// its own directories: in the system trees and `PATH` directories its commands read,
+    /// except `/proc` and `/sys` (this process's own files are there).
+    pub fn file_tools_read(&self, real: &Path) -> bool {
+        let system = SYSTEM_READ
+            .iter()
+            .filter(|d| !matches!(**d, "/proc" | "/sys"))
+            .map(Path::new);
+        let path_dirs = self.path_dirs.iter().map(PathBuf::as_path);
+        system.chain(path_dirs).any(|d| real.starts_with(d))
+    }
+
+    /// The domain of one sandbox writing `writable` (directories, created beforehand) and the
+    /// files `files` (its shell's state files; made empty here if missing).
+    pub fn domain(&self, name: &str, writable: &[&Path], files: &[&Path]) -> Domain {
+        let ruleset = self
+            .landlock
+            .and_then(|_| match self.ruleset(writable, files) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    warn!("local sandbox {name}: cannot build its Landlock rules ({e}); its commands run unconfined");
+                    None
+                }
+            });
+        let cgroup = self.cgroups.as_ref().and_then(|run| {
+            match SandboxCgroup::make(&run.join(cgroup_name(name))) {
+                Ok(cg) => Some(cg),
+                Err(e) => {
+                    warn!("local sandbox {name}: cannot make its cgroup ({e}); its processes are found by their environment only");
+                    None
+                }
+            }
+        });
+        Domain { ruleset, cgroup }
+    }
+
+    fn ruleset(&self, writable: &[&Path], files: &[&Path]) -> anyhow::Result<Option<OwnedFd>> {
+        let read = AccessFs::from_read(ABI_USED);
+        let all = AccessFs::from_all(ABI_USED);
+        let device: BitFlags<AccessFs> =
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+        let state: BitFlags<AccessFs> =
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
+        for file in files {
+            if !file.exists() {
+                std::fs::File::create(file)?;
+            }
+        }
+        let existing = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
+            paths.into_iter().filter(|p| p.exists()).collect()
+        };
+        let reads = existing(
+            SYSTEM_READ
+                .iter()
+                .map(PathBuf::from)
+                .chain(self.path_dirs.iter().cloned())
+                .collect(),
+        );
+        let devices = existing(DEVICES.iter().map(PathBuf::from).collect());
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(all)?
+            .scope(Scope::from_all(ABI_USED))?
+            .create()?;
+        for p in &reads {
+            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, read))?;
+        }
+        for p in &devices {
+            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, device))?;
+        }
+        if Path::new("/dev/pts").is_dir() {
+            let pts = device | AccessFs::ReadDir;
+            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new("/dev/pts")?, pts))?;
+        }
+        for p in writable {
+            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, all))?;
+        }
+        for p in files {
+            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, state))?;
+        }
+        Ok(ruleset.into())
+    }
+}
+
+/// One sandbox's Landlock ruleset and cgroup; dropping it kills what is left in the cgroup and
+/// removes it.
+#[derive(Debug, Default)]
+pub(crate) struct Domain {
+    ruleset: Option<OwnedFd>,
+    cgroup: Option<SandboxCgroup>,
+}
+
+impl Domain {
+    /// Makes `command`'s process enter the domain before it `exec`s. Without a ruleset or
+    /// cgroup the command is left as it is (started without a fork).
+    pub fn enter(&self, command: &mut Command) {
+        let ruleset = self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        let procs = self.cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
+        if ruleset < 0 && procs < 0 {
+            return;
+        }
+        // SAFETY: the closure runs in the forked child before exec and makes only
+        // async-signal-safe system calls (write, prctl, landlock_restrict_self) on descriptors
+        // this process keeps open while it spawns; it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if procs >= 0 && libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if ruleset >= 0 {
+                    // Without CAP_SYS_PTRACE, root's commands are held to this process being
+                    // non-dumpable: its `/proc/<pid>/{environ,mem,fd}` are out of reach. A
+                    // user without the capability cannot drop it (EPERM), and has none to lose.
+                    libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Whether the sandbox's processes are confined by Landlock.
+    pub fn confines_files(&self) -> bool {
+        self.ruleset.is_some()
+    }
+
+    /// The `cgroup.procs` file listing the sandbox's processes, when it has a cgroup.
+    pub fn members_file(&self) -> Option<PathBuf> {
+        self.cgroup.as_ref().map(|c| c.dir.join("cgroup.procs"))
+    }
+
+    /// Kills every process in the sandbox's cgroup.
+    pub fn kill_all(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+    }
+}
+
+/// The ABI version of the kernel's Landlock, or why there is none.
+fn landlock_abi() -> Result<i32, String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: the version query reads no memory (NULL attribute, size 0).
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if abi < 1 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOSYS) => "the kernel has no Landlock".into(),
+            Some(libc::EOPNOTSUPP) => "Landlock is disabled at boot (lsm=)".into(),
+            _ => e.to_string(),
+        });
+    }
+    Ok(abi as i32)
+}
+
+/// The `PATH`'s directories; for a virtual environment's `bin` its root (its `lib` holds what
+/// its interpreter imports), for a version manager's `shims` (pyenv, rbenv, asdf) its root
+/// (the shims run the manager, which runs the versions kept there). Never the user's home
+/// or `/` as a whole.
+fn readable_path_dirs(path: &OsStr) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut dirs = Vec::new();
+    for dir in std::env::split_paths(path).filter(|d| d.is_absolute() && d.is_dir()) {
+        let root = dir.parent().filter(|p| {
+            let venv = p.join("pyvenv.cfg").is_file();
+            let shims = dir.file_name().is_some_and(|n| n == "shims");
+            (venv || shims) && p.parent().is_some() && home.as_deref() != Some(p)
+        });
+        dirs.push(root.map(Path::to_path_buf).unwrap_or(dir));
+    }
+    dirs
+}
+
+fn cgroup_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Makes this run's cgroup `run` below this process's own in the cgroup v2 hierarchy.
+fn run_cgroup(run: &str) -> Result<PathBuf, String> {
+    let mount = cgroup2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let own = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("this process is in no cgroup v2 cgroup")?;
+    let dir = mount.join(own.trim_start_matches('/')).join(run);
+    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if !dir.join("cgroup.kill").exists() {
+        let _ = std::fs::remove_dir(&dir);
+        return Err("the kernel's cgroups have no cgroup.kill (Linux ≥ 5.14)".into());
+    }
+    Ok(dir)
+}
+
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `…/unified` on a hybrid
+/// host).
+fn cgroup2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = left.split(' ').nth(4)?;
+        (right.split(' ').next()? == "cgroup2").then(|| PathBuf::from(mount_point))
+    })
+}
+
+/// Removes this run's cgroup (its sandboxes' are gone by then).
+pub(crate) fn remove_run_cgroup(confiner: &Confiner) {
+    if let Some(dir) = &confiner.cgroups {
+        kill_tree(dir);
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// Kills everything in the cgroup `dir` and its children, then removes the children.
+pub(crate) fn kill_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for child in entries.flatten().filter(|e| e.path().is_dir()) {
+            kill_tree(&child.path());
+            let _ = std::fs::remove_dir(child.path());
+        }
+    }
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    wait_empty(dir);
+}
+
+/// Waits (briefly) until the cgroup `dir` has no process: a killed process leaves its cgroup
+/// when it is reaped.
+fn wait_empty(dir: &Path) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        match std::fs::read_to_string(dir.join("cgroup.events")) {
+            Ok(events) if events.lines().any(|l| l == "populated 1") => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            _ => return,
+        }
+    }
+}
+
+/// One sandbox's cgroup: its `cgroup.procs`, open for the children to join.
+#[derive(Debug)]
+struct SandboxCgroup {
+    dir: PathBuf,
+    procs: OwnedFd,
+}
+
+impl SandboxCgroup {
+    fn make(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir(dir)?;
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))?;
+        Ok(SandboxCgroup {
+            dir: dir.to_path_buf(),
+            procs: procs.into(),
+        })
+    }
+
+    fn kill(&self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+    }
+}
+
+impl Drop for SandboxCgroup {
+    fn drop(&mut self) {
+        self.kill();
+        wait_empty(&self.dir);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

@@ -1,0 +1,206 @@
+//! The local backend as a boundary (Landlock and a cgroup per sandbox, where the kernel allows
+//! them): a rollout cannot write its siblings' files or read the user's, its file tools cannot
+//! reach this process's `/proc/self`, it signals nothing outside itself, and a daemon that
+//! clears its environment and leaves its session is still found and killed. Each case also
+//! runs unconfined (`confined(false)`, the backend before confinement) to show the hole it
+//! closes. The host must have Landlock and a writable cgroup v2 hierarchy (the CI machine
+//! does); a host without them fails here, saying so.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_runtime::sandbox::{
+    ExecRequest, LeftoverRules, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+};
+
+fn provider(confined: bool) -> LocalProvider {
+    LocalProvider::new().unwrap().confined(confined)
+}
+
+async fn sandbox(p: &LocalProvider, task: &str) -> Arc<dyn Sandbox> {
+    p.create(task, &SandboxSpec::default()).await.unwrap()
+}
+
+async fn run(s: &Arc<dyn Sandbox>, command: &str) -> (i32, String) {
+    let out = s
+        .exec(ExecRequest::new(command, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    (out.exit_code, out.output)
+}
+
+/// Fails, naming what is missing, on a host that cannot confine.
+fn require_kernel_support() {
+    // SAFETY: the version query of landlock_create_ruleset reads no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    assert!(
+        abi >= 1,
+        "this test needs a kernel with Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock)"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        mounts.contains(" - cgroup2 "),
+        "this test needs a cgroup v2 hierarchy mounted"
+    );
+}
+
+#[tokio::test]
+async fn a_rollout_cannot_write_its_siblings_files() {
+    require_kernel_support();
+    for confined in [false, true] {
+        let p = provider(confined);
+        let (a, b) = (sandbox(&p, "a").await, sandbox(&p, "b").await);
+        assert_eq!(run(&b, "echo mine > answer.txt").await.0, 0);
+        let (code, out) = run(
+            &a,
+            "echo forged > ../task-b/answer.txt; cat ../task-b/answer.txt",
+        )
+        .await;
+        let written = std::fs::read_to_string(p.root().join("task-b/answer.txt")).unwrap();
+        if confined {
+            assert_ne!(code, 0, "{out}");
+            assert!(out.contains("Permission denied"), "{out}");
+            assert_eq!(written, "mine\n", "the sibling's file is untouched");
+        } else {
+            assert_eq!(written, "forged\n", "unconfined, the hole is there: {out}");
+        }
+        // The file tools are held to the same boundary.
+        let tool = a.write_file("../task-b/answer.txt", b"tool").await;
+        if confined {
+            let err = tool.unwrap_err();
+            assert!(matches!(err, SandboxError::Path(_)), "{err}");
+            assert!(err.to_string().contains("outside this sandbox"), "{err}");
+        } else {
+            tool.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rollout_cannot_read_the_users_files_or_this_process() {
+    require_kernel_support();
+    let secrets = tempfile::tempdir().unwrap();
+    let dotenv = secrets.path().join(".env");
+    std::fs::write(&dotenv, "OPENAI_API_KEY=sk-local-confinement-test\n").unwrap();
+    let me = std::process::id();
+    for confined in [false, true] {
+        let p = provider(confined);
+        let s = sandbox(&p, "r").await;
+        let (_, out) = run(&s, &format!("cat {}", dotenv.display())).await;
+        let environ = s.read_file("/proc/self/environ").await;
+        // This process's descriptors (the other sandboxes' pipes among them) and memory.
+        let (_, proc_out) = run(
+            &s,
+            &format!("ls -l /proc/{me}/fd/ 2>&1; head -c 1 /proc/{me}/mem 2>&1"),
+        )
+        .await;
+        let (signal, _) = run(&s, &format!("kill -0 {me}")).await;
+        if confined {
+            assert!(!out.contains("sk-local"), "{out}");
+            assert!(out.contains("Permission denied"), "{out}");
+            let err = environ.unwrap_err();
+            assert!(err.to_string().contains("outside this sandbox"), "{err}");
+            assert!(
+                !proc_out.contains("->"),
+                "this process's descriptors: {proc_out}"
+            );
+            assert!(
+                proc_out.contains("/mem' for reading: Permission denied"),
+                "{proc_out}"
+            );
+            assert_ne!(signal, 0, "a confined command cannot signal this process");
+            // The system stays readable, to commands and file tools alike.
+            assert_eq!(
+                run(&s, "cat /etc/passwd >/dev/null && python3 -c 'print(1)'")
+                    .await
+                    .0,
+                0
+            );
+            s.read_file("/etc/passwd").await.unwrap();
+        } else {
+            assert!(
+                out.contains("sk-local"),
+                "unconfined, the hole is there: {out}"
+            );
+            let environ = String::from_utf8_lossy(&environ.unwrap()).into_owned();
+            assert!(environ.contains("CARGO"), "unconfined, the hole is there");
+            assert!(
+                proc_out.contains("->"),
+                "unconfined, the hole is there: {proc_out}"
+            );
+            assert_eq!(signal, 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_confined_rollout_has_its_own_temp_directory() {
+    require_kernel_support();
+    let p = provider(true);
+    let s = sandbox(&p, "t").await;
+    let (code, out) = run(&s, "f=$(mktemp) && echo ok > $f && cat $f && echo $f").await;
+    assert_eq!(code, 0, "{out}");
+    let root = p.root().to_string_lossy().into_owned();
+    assert!(out.contains(&format!("{root}/task-t.tmp/")), "{out}");
+    let (code, out) = run(&s, "echo x > /tmp/hermes-confinement-probe").await;
+    assert_ne!(code, 0, "the shared /tmp is not writable: {out}");
+    s.teardown().await.unwrap();
+    assert!(!p.root().join("task-t.tmp").exists(), "removed at teardown");
+}
+
+#[tokio::test]
+async fn a_daemon_with_a_cleared_environment_and_its_own_session_is_killed() {
+    require_kernel_support();
+    for confined in [false, true] {
+        let p = provider(confined);
+        let s = sandbox(&p, "d").await;
+        // Out of the sandbox's directory, environment and session: only its cgroup knows it.
+        let (code, out) = run(
+            &s,
+            "env -i setsid sh -c 'cd / && exec sleep 7311' </dev/null >/dev/null 2>&1 & echo $!",
+        )
+        .await;
+        assert_eq!(code, 0, "{out}");
+        std::thread::sleep(Duration::from_millis(300));
+        let daemon = find("sleep 7311").expect("the daemon runs");
+        let kill = s
+            .kill_leftover_processes(&LeftoverRules::default())
+            .await
+            .unwrap();
+        let named = kill.leftovers.iter().any(|l| l.contains("7311"));
+        if confined {
+            assert!(named, "the cgroup names it: {:?}", kill.leftovers);
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!alive(daemon), "killed before verification");
+        } else {
+            assert!(
+                !named,
+                "unconfined, the hole is there: {:?}",
+                kill.leftovers
+            );
+            assert!(alive(daemon));
+            // SAFETY: kill(2) on the pid this test's daemon has.
+            unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+fn find(command: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        (String::from_utf8_lossy(&cmd).replace('\0', " ").trim() == command).then_some(pid)
+    })
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.split_whitespace().nth(2) != Some("Z"))
+}
