@@ -196,6 +196,52 @@ async fn child_cpu_per_command(commands: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What confinement (Landlock and a cgroup per sandbox) costs a local sandbox's life, against
+/// the same life unconfined, same run: create, a one-shot command, two commands through the
+/// persistent shell, the leftover scan before verification, teardown.
+async fn confinement_cost(sandboxes: usize) -> anyhow::Result<()> {
+    use hermes_runtime::sandbox::{ExecRequest, LeftoverRules, SandboxProvider, SandboxSpec};
+    let request = || {
+        ExecRequest::new(
+            "cat /etc/hostname >/dev/null; cd .",
+            Duration::from_secs(30),
+        )
+    };
+    let mut rows = Vec::new();
+    for confined in [false, true] {
+        let provider = LocalProvider::new()?.confined(confined);
+        let run = measure(async {
+            for i in 0..sandboxes {
+                let sandbox = provider
+                    .create(&format!("c{i}"), &SandboxSpec::default())
+                    .await
+                    .expect("create");
+                for _ in 0..3 {
+                    assert_eq!(sandbox.exec(request()).await.expect("exec").exit_code, 0);
+                }
+                sandbox
+                    .kill_leftover_processes(&LeftoverRules::default())
+                    .await
+                    .expect("leftover scan");
+                sandbox.teardown().await.expect("teardown");
+            }
+        })
+        .await;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / sandboxes as f64;
+        rows.push((confined, ms(run.cpu), ms(run.children), ms(run.wall)));
+    }
+    println!("\nlocal sandbox life ({sandboxes} sandboxes, 3 commands each): ms per sandbox");
+    println!(
+        "{:>26} {:>10} {:>10} {:>10}",
+        "", "own cpu", "child cpu", "wall"
+    );
+    for (confined, own, child, wall) in &rows {
+        let name = if *confined { "confined" } else { "unconfined" };
+        println!("{name:>26} {own:>10.3} {child:>10.3} {wall:>10.3}");
+    }
+    Ok(())
+}
+
 async fn bare_http(url: &str, calls: usize, concurrency: usize) {
     let http = reqwest::Client::new();
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 1, "temperature": 1.0});
@@ -237,6 +283,10 @@ fn main() -> anyhow::Result<()> {
             .collect::<Result<Vec<usize>, _>>()?;
         let think = arg_value("--think-ms").map_or(Ok(1000), |v| v.parse())?;
         return live::run(&levels, Duration::from_millis(think));
+    }
+    if std::env::args().any(|a| a == "--confinement") {
+        let n = arg_value("--sandboxes").map_or(Ok(400), |v| v.parse())?;
+        return tokio::runtime::Runtime::new()?.block_on(confinement_cost(n));
     }
     tokio::runtime::Runtime::new()?.block_on(overhead())
 }
@@ -322,5 +372,6 @@ async fn overhead() -> anyhow::Result<()> {
     );
     println!("baseline = one bare reqwest chat call per turn to the same server; ratio = framework/baseline cpu per turn");
     child_cpu_per_command(if quick { 200 } else { 1000 }).await?;
+    confinement_cost(if quick { 100 } else { 400 }).await?;
     Ok(())
 }

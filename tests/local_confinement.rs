@@ -148,11 +148,11 @@ async fn a_confined_rollout_has_its_own_temp_directory() {
     let (code, out) = run(&s, "f=$(mktemp) && echo ok > $f && cat $f && echo $f").await;
     assert_eq!(code, 0, "{out}");
     let root = p.root().to_string_lossy().into_owned();
-    assert!(out.contains(&format!("{root}/task-t.tmp/")), "{out}");
+    assert!(out.contains(&format!("{root}/tmp-task-t/")), "{out}");
     let (code, out) = run(&s, "echo x > /tmp/hermes-confinement-probe").await;
     assert_ne!(code, 0, "the shared /tmp is not writable: {out}");
     s.teardown().await.unwrap();
-    assert!(!p.root().join("task-t.tmp").exists(), "removed at teardown");
+    assert!(!p.root().join("tmp-task-t").exists(), "removed at teardown");
 }
 
 #[tokio::test]

@@ -159,7 +159,10 @@ enum Backend {
 async fn kit(backend: Backend, calls: Vec<(&'static str, Value)>) -> Kit<Verified> {
     let builder = Kit::<Verified>::builder().policy(scripted(calls));
     let builder = match backend {
-        Backend::Local => builder,
+        // Unconfined: the process wire's own work, without the cgroup that lists every
+        // process of a confined sandbox (tests/local_confinement.rs), and with the pid files
+        // these tests read from outside the sandbox writable.
+        Backend::Local => builder.args(["--env.local_confinement", "false"]),
         Backend::Docker => {
             common::docker::require_docker();
             builder.args([
@@ -491,7 +494,10 @@ async fn hack_catches_forged_process_state(backend: Backend) {
     let book = ReferenceBook::default();
     let builder = Kit::<RewardFile>::builder().policy(ReferencePolicy::new(book.clone()));
     let builder = match backend {
-        Backend::Local => builder,
+        // Unconfined: the process wire's own work, without the cgroup that lists every
+        // process of a confined sandbox (tests/local_confinement.rs), and with the pid files
+        // these tests read from outside the sandbox writable.
+        Backend::Local => builder.args(["--env.local_confinement", "false"]),
         Backend::Docker => {
             common::docker::require_docker();
             builder.args([

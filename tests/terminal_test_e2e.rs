@@ -617,9 +617,13 @@ async fn jsonl_lines_validate_against_atroposlib_models() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_next_run_removes_what_a_sigkilled_run_left() {
     let seconds = 200_000_000 + std::process::id() % 1_000_000;
-    let daemon = format!("sleep {seconds}");
+    // One daemon works in the sandbox's directory; the other leaves it (`cd /`) with a
+    // cleared environment and a session of its own: only the sandbox's cgroup still knows it.
+    let daemons = [format!("sleep {seconds}"), format!("sleep {}", seconds + 1)];
     let start = format!(
-        "cd ~ && nohup setsid env -i /bin/sh -c 'exec {daemon}' >/dev/null 2>&1 < /dev/null & echo started"
+        "cd ~ && nohup setsid env -i /bin/sh -c 'exec {}' >/dev/null 2>&1 < /dev/null & \
+         cd / && nohup setsid env -i /bin/sh -c 'exec {}' >/dev/null 2>&1 < /dev/null & echo started",
+        daemons[0], daemons[1]
     );
     let server = ScriptedServer::start(move |request: &Value| {
         let turns = request["messages"]
@@ -664,21 +668,23 @@ async fn the_next_run_removes_what_a_sigkilled_run_left() {
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == daemon)
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                    daemons.iter().any(|d| c.trim() == d)
+                })
             })
             .collect()
     };
     for _ in 0..400 {
-        if !daemon_pids().is_empty() {
+        if daemon_pids().len() == 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
         daemon_pids().len(),
-        1,
-        "the agent's daemon runs:\n{}\n{}",
+        2,
+        "the agent's daemons run:\n{}\n{}",
         first_log(),
         std::fs::read_to_string(tmp.path().join("data/terminal-test.jsonl")).unwrap_or_default()
     );
@@ -693,7 +699,7 @@ async fn the_next_run_removes_what_a_sigkilled_run_left() {
             .count()
     };
     assert_eq!(roots(), 1, "a SIGKILLed run leaves its root");
-    assert_eq!(daemon_pids().len(), 1, "and its agent's daemon");
+    assert_eq!(daemon_pids().len(), 2, "and its agent's daemons");
 
     let next = run(
         &["process", "--testing", "true", "--env.total_steps", "1"],
@@ -710,6 +716,18 @@ async fn the_next_run_removes_what_a_sigkilled_run_left() {
         .and_then(|rest| rest.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no reaper line:\n{text}"));
     assert!(killed >= 1, "{text}");
+    assert!(
+        text.contains(
+            "local sandboxes: removed the cgroups of 1 run(s) that ended without cleaning up"
+        ),
+        "the dead run's cgroup is reaped: {text}"
+    );
     assert_eq!(roots(), 0, "the next run removed it");
-    assert!(daemon_pids().is_empty(), "and killed the daemon");
+    for _ in 0..40 {
+        if daemon_pids().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(daemon_pids().is_empty(), "and killed both daemons");
 }

@@ -201,7 +201,8 @@ impl ToolContext {
     /// A new, empty directory with an unguessable name, created now: the place to upload
     /// hidden tests and verifier files, which the agent cannot have prepared.
     pub async fn fresh_dir(&self) -> Result<String, SandboxError> {
-        let name = format!("/tmp/hermes-verify-{}", uuid::Uuid::new_v4().simple());
+        let temp = self.sandbox.get().await?.temp_dir().to_owned();
+        let name = format!("{temp}/hermes-verify-{}", uuid::Uuid::new_v4().simple());
         let out = self
             .terminal(&format!("mkdir -m 700 {name} && echo ok"))
             .await?;

@@ -142,6 +142,11 @@ pub trait Sandbox: Send + Sync {
     fn task_id(&self) -> &str;
     /// The default working directory (and `~`).
     fn workdir(&self) -> &str;
+    /// Where the sandbox's commands and the framework's tools keep temporary files and state
+    /// (`/tmp`; a confined local sandbox's own temp directory, as `/tmp` is shared there).
+    fn temp_dir(&self) -> &str {
+        "/tmp"
+    }
     /// Runs a command in the sandbox's persistent shell; a timeout kills its whole process
     /// group and yields exit code 124.
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError>;

@@ -40,6 +40,9 @@ impl Sandbox for Watched {
     fn workdir(&self) -> &str {
         self.inner.workdir()
     }
+    fn temp_dir(&self) -> &str {
+        self.inner.temp_dir()
+    }
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.seen(self.inner.exec(request).await)
     }

@@ -100,7 +100,7 @@ pub(crate) fn state_dir(sandbox: &dyn Sandbox) -> String {
         hash ^= u64::from(b);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("/tmp/hermes-{hash:016x}")
+    format!("{}/hermes-{hash:016x}", sandbox.temp_dir())
 }
 
 /// A toolset name that no tool and no known Hermes toolset has.

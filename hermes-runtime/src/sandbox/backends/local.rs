@@ -40,8 +40,9 @@ use crate::sandbox::exec::shell::{
     exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader,
 };
 use crate::sandbox::files::archive::{copy_file, copy_tree};
-use crate::sandbox::files::bounded::{read_regular, READ_LIMIT};
+use crate::sandbox::files::bounded::{read_regular, read_regular_no_links, READ_LIMIT};
 use crate::sandbox::files::links::check_no_link_ancestors;
+use crate::sandbox::files::no_links;
 use crate::sandbox::integrity::leftovers::{
     kill_local_leftovers, Birth, FrameworkShell, KeptSurvivor,
 };
@@ -434,6 +435,8 @@ pub struct LocalSandbox {
     domain: Domain,
     /// Its own temp directory (`TMPDIR`), beside the scratch directory, when confined.
     tmp: Option<PathBuf>,
+    /// `tmp` as text, else `/tmp`.
+    tmp_str: String,
     /// The trees its file tools may read besides its own (confined sandboxes only).
     readable: Arc<Confiner>,
 }
@@ -481,6 +484,7 @@ impl LocalSandbox {
             survivors: Mutex::new(Vec::new()),
             domain: Domain::default(),
             tmp: None,
+            tmp_str: "/tmp".into(),
             readable: Arc::new(Confiner::off()),
         }
     }
@@ -496,13 +500,14 @@ impl LocalSandbox {
             .to_string_lossy()
             .into_owned();
         if confiner.confines_files() {
-            let tmp = self.dir.with_file_name(format!("{name}.tmp"));
+            let tmp = self.dir.with_file_name(format!("tmp-{name}"));
             std::fs::create_dir_all(&tmp).map_err(|e| SandboxError::CreateIo {
                 doing: format!("creating {}", tmp.display()),
                 source: e,
             })?;
             self.env.retain(|(k, _)| k != "TMPDIR");
             self.env.push(("TMPDIR".into(), tmp.clone().into()));
+            self.tmp_str = tmp.to_string_lossy().into_owned();
             self.tmp = Some(tmp);
         }
         let writable: Vec<&Path> = std::iter::once(self.dir.as_path())
@@ -1024,6 +1029,10 @@ impl Sandbox for LocalSandbox {
         &self.dir_str
     }
 
+    fn temp_dir(&self) -> &str {
+        &self.tmp_str
+    }
+
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let out = self.exec_in_shell(request).await;
         self.process_groups.prune();
@@ -1059,6 +1068,9 @@ impl Sandbox for LocalSandbox {
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         let (p, shown) = (self.file_tool_path(path, false)?, path.to_owned());
+        if self.domain.confines_files() {
+            return blocking(move || read_regular_no_links(&p, &shown, READ_LIMIT)).await;
+        }
         blocking(move || read_regular(&p, &shown, READ_LIMIT)).await
     }
 
@@ -1078,7 +1090,21 @@ impl Sandbox for LocalSandbox {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = parent.join(format!(".{name}.hermes-tmp-{}", short_id()));
+        let tmp_name = format!(".{name}.hermes-tmp-{}", short_id());
+        if self.domain.confines_files() {
+            let (bytes, shown) = (bytes.to_vec(), path.to_owned());
+            blocking(move || {
+                no_links::write_atomic(&p, &bytes, &tmp_name).map_err(|e| match e.raw_os_error() {
+                    Some(libc::ELOOP) => SandboxError::Path(format!(
+                        "{shown}: a link appeared on the way; nothing was written"
+                    )),
+                    _ => io_err(Path::new(&shown), e),
+                })
+            })
+            .await?;
+            return Ok(dirs_created);
+        }
+        let tmp = parent.join(tmp_name);
         tokio::fs::write(&tmp, bytes)
             .await
             .map_err(|e| io_err(Path::new(path), e))?;

@@ -25,6 +25,8 @@ use landlock::{
 use tokio::process::Command;
 use tracing::{info, warn};
 
+use super::local_reaper;
+
 /// The Landlock ABI whose rights the rulesets handle (best effort below it).
 const ABI_USED: ABI = ABI::V6;
 
@@ -330,13 +332,59 @@ fn run_cgroup(run: &str) -> Result<PathBuf, String> {
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .ok_or("this process is in no cgroup v2 cgroup")?;
-    let dir = mount.join(own.trim_start_matches('/')).join(run);
+    let parent = mount.join(own.trim_start_matches('/'));
+    reap_dead_cgroups(&parent);
+    let dir = parent.join(run);
     std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     if !dir.join("cgroup.kill").exists() {
         let _ = std::fs::remove_dir(&dir);
         return Err("the kernel's cgroups have no cgroup.kill (Linux ≥ 5.14)".into());
     }
     Ok(dir)
+}
+
+/// Kills what is left in the cgroups of dead runs under `parent` (a run killed with SIGKILL
+/// cannot remove its own) and removes them, saying so in one line.
+fn reap_dead_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let (mut runs, mut processes) = (0, 0);
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(local_reaper::run_pid) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        processes += count_procs(&entry.path());
+        kill_tree(&entry.path());
+        if std::fs::remove_dir(entry.path()).is_ok() {
+            runs += 1;
+        }
+    }
+    if runs > 0 {
+        info!(
+            "local sandboxes: removed the cgroups of {runs} run(s) that ended without cleaning up, \
+             killing {processes} process(es) left in them"
+        );
+    }
+}
+
+/// The processes in the cgroup `dir` and below it.
+fn count_procs(dir: &Path) -> usize {
+    let here = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    let below: usize = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| count_procs(&e.path()))
+        .sum();
+    here + below
 }
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `…/unified` on a hybrid

@@ -60,7 +60,7 @@ pub(super) fn reap_dead_runs(dirs: &[&Path]) -> Reaped {
 
 /// The pid in a root's name `hermes-env-PID-XXXXXXXX` (8 hex digits), or `None` for any
 /// other name.
-fn run_pid(name: &str) -> Option<u32> {
+pub(super) fn run_pid(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("hermes-env-")?;
     let (pid, id) = rest.split_once('-')?;
     (id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;

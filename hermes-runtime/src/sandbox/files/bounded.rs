@@ -49,11 +49,16 @@ pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<File, SandboxErro
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SandboxError::NotFound(shown.to_owned()),
-            _ => SandboxError::host_io(shown, e),
-        })?;
+        .open(path);
+    regular(file, shown)
+}
+
+/// Checks that an opened host file is a regular file.
+fn regular(file: std::io::Result<File>, shown: &str) -> Result<File, SandboxError> {
+    let file = file.map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => SandboxError::NotFound(shown.to_owned()),
+        _ => SandboxError::host_io(shown, e),
+    })?;
     let meta = file
         .metadata()
         .map_err(|e| SandboxError::host_io(shown, e))?;
@@ -66,6 +71,20 @@ pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<File, SandboxErro
         )));
     }
     Ok(file)
+}
+
+/// [`read_regular`] for a path that must not pass through a link.
+pub(crate) fn read_regular_no_links(
+    path: &Path,
+    shown: &str,
+    limit: u64,
+) -> Result<Vec<u8>, SandboxError> {
+    let file = regular(super::no_links::open_read(path), shown)?;
+    let size = file
+        .metadata()
+        .map_err(|e| SandboxError::host_io(shown, e))?
+        .len();
+    read_capped(file, size, limit, shown)
 }
 
 /// `read_file` on the host: a regular file of at most `limit` bytes.

@@ -6,4 +6,5 @@
 pub(super) mod archive;
 pub(super) mod bounded;
 pub(super) mod links;
+pub(super) mod no_links;
 pub(super) mod remote_path;

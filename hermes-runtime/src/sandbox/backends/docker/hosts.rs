@@ -367,6 +367,9 @@ impl Sandbox for PlacedSandbox {
     fn workdir(&self) -> &str {
         self.inner.workdir()
     }
+    fn temp_dir(&self) -> &str {
+        self.inner.temp_dir()
+    }
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         self.guarded(self.inner.exec(request)).await
     }
