@@ -337,7 +337,9 @@ fn killing_the_client_mid_episode_leaves_no_sandbox() {
 
 #[test]
 fn a_sandbox_failure_while_verifying_is_an_error_not_a_reward() {
-    let server = Server::start(&[]);
+    // Unconfined, the model can remove its own scratch directory (confined it cannot: the
+    // directory itself is its parent's), which fails the verification's sandbox.
+    let server = Server::start(&["--env.local_confinement", "false"]);
     let out = python(
         &server.url,
         r#"

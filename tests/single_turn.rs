@@ -413,12 +413,7 @@ async fn sandboxes_are_made_only_for_a_verifier_that_uses_one() {
         0,
         "no sandbox for 8 rollouts"
     );
-    let scratch = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name() != ".owner")
-        .count();
-    assert_eq!(scratch, 0, "no scratch directory was made");
+    assert_eq!(scratch_dirs(&root), 0, "no scratch directory was made");
 
     let verifier = <SandboxVerifier as hermes_env::EnvDefinition>::from_config(
         Default::default(),
@@ -436,11 +431,16 @@ async fn sandboxes_are_made_only_for_a_verifier_that_uses_one() {
         4,
         "one sandbox per rollout"
     );
-    assert_eq!(
-        std::fs::read_dir(&root).unwrap().count(),
-        0,
-        "every sandbox torn down"
-    );
+    assert_eq!(scratch_dirs(&root), 0, "every sandbox torn down");
+}
+
+/// The entries of the local backend's root besides its owner file.
+fn scratch_dirs(root: &std::path::Path) -> usize {
+    std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != ".owner")
+        .count()
 }
 
 /// Prompt tokens of a chat request as the built-in tokenizer renders and encodes it (one token

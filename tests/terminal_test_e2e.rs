@@ -491,7 +491,7 @@ async fn signal_mid_run(signals: &[i32], extra: &[&str]) -> std::process::Output
             })
             // One scratch directory per sandbox (the persistent shell keeps a state file
             // beside it).
-            .filter(|e| e.path().is_dir())
+            .filter(|e| e.path().is_dir() && e.file_name().to_string_lossy().starts_with("task-"))
             .count()
     };
     for _ in 0..200 {
