@@ -264,10 +264,14 @@ mod tests {
 
     #[test]
     fn env_templates_resolve_from_the_host() {
-        std::env::set_var("HARBOR_T_SET", "x");
-        assert_eq!(resolve_env("a${HARBOR_T_SET}b").unwrap(), "axb");
-        assert_eq!(resolve_env("${HARBOR_T_UNSET:-d}").unwrap(), "d");
-        assert!(resolve_env("${HARBOR_T_UNSET}").is_err());
+        let home = std::env::var("HOME").expect("HOME is set");
+        assert_eq!(resolve_env("a${HOME}b").unwrap(), format!("a{home}b"));
+        assert_eq!(
+            resolve_env("${HERMES_HARBOR_SURELY_UNSET:-d}").unwrap(),
+            "d"
+        );
+        assert!(resolve_env("${HERMES_HARBOR_SURELY_UNSET}").is_err());
+        assert!(resolve_env("${HOME").is_err());
         assert_eq!(resolve_env("plain").unwrap(), "plain");
     }
 }

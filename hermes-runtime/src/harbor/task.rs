@@ -340,10 +340,9 @@ pub fn load_task(dir: &Path) -> Result<Option<HarborTask>, HarborError> {
     let config = TaskConfig::parse(&read(&toml_path)?).map_err(|e| HarborError::Toml {
         path: toml_path.clone(),
         message: e.message().to_owned(),
-        line: e.span().map(|s| {
-            read(&toml_path)
-                .map(|t| t[..s.start].lines().count().max(1))
-                .unwrap_or(0)
+        line: e.span().and_then(|s| {
+            let text = read(&toml_path).ok()?;
+            Some(text.get(..s.start)?.matches('\n').count() + 1)
         }),
     })?;
     let instruction = read(&dir.join("instruction.md"))?;
