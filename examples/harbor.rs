@@ -31,6 +31,9 @@ pub struct HarborItem {
     pub instruction: String,
     /// The image its sandbox runs.
     pub image: String,
+    /// Every metric its verification wrote (`reward.json`'s or `reward.txt`'s), or why it
+    /// gave none: in `samples.jsonl`, written once the task ran.
+    pub rewards: TaskVerdict,
     #[serde(skip)]
     task: Arc<HarborTask>,
     #[serde(skip)]
@@ -39,6 +42,24 @@ pub struct HarborItem {
 
 /// Each task's last verification: its metrics, or why it had no verdict.
 type Verdicts = Arc<Mutex<BTreeMap<String, Result<Rewards, String>>>>;
+
+/// One task's entry of the [`Verdicts`], serialized as it stands when written: its metrics,
+/// `{"error": why}`, or null before it ran.
+#[derive(Debug, Clone)]
+pub struct TaskVerdict {
+    task: String,
+    all: Verdicts,
+}
+
+impl Serialize for TaskVerdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.all.lock().expect("lock poisoned").get(&self.task) {
+            Some(Ok(metrics)) => metrics.serialize(s),
+            Some(Err(why)) => BTreeMap::from([("error", why)]).serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+}
 
 /// Harbor tasks: per-task images, hidden tests, Harbor's reward files.
 #[hermes_env(
@@ -79,9 +100,18 @@ pub struct Harbor {
 }
 
 impl Harbor {
-    async fn item(builder: &ImageBuilder, task: HarborTask, force: bool) -> Result<HarborItem> {
+    async fn item(
+        builder: &ImageBuilder,
+        task: HarborTask,
+        force: bool,
+        verdicts: Verdicts,
+    ) -> Result<HarborItem> {
         let image = builder.resolve(&task, force).await?;
         Ok(HarborItem {
+            rewards: TaskVerdict {
+                task: task.name.clone(),
+                all: verdicts,
+            },
             task_name: task.name.clone(),
             category: task.config.category(),
             instruction: task.instruction.clone(),
@@ -125,7 +155,7 @@ impl Harbor {
                 }
                 None => {
                     let name = task.name.clone();
-                    let item = Self::item(&builder, task, self.force_build);
+                    let item = Self::item(&builder, task, self.force_build, self.verdicts.clone());
                     pending.push(async move { (name, item.await) });
                 }
             }

@@ -267,6 +267,16 @@ fn evaluate_writes_harbors_job_result_and_every_metric() {
     assert_eq!(all["eval/reward/multi-metric/docstring"], 1.0, "{all}");
     let samples = std::fs::read_to_string(evals.join("samples.jsonl")).unwrap();
     assert_eq!(samples.lines().count(), 8, "{samples}");
+    let multi: Value = samples
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|s| s["item"]["task_name"] == "multi-metric")
+        .expect("a multi-metric sample");
+    assert_eq!(
+        multi["item"]["rewards"],
+        serde_json::json!({"reward": 1.0, "correctness": 1.0, "docstring": 1.0}),
+        "every metric in the sample"
+    );
 
     let result = evals.join("harbor_result.json");
     let doc = read_json(&result);
