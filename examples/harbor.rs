@@ -10,6 +10,10 @@
 //!     --env.data_dir_to_save_evals out --openai.base_url URL --openai.model_name M
 //! ```
 //!
+//! Instead of `--env.tasks_dir`, `--env.dataset_name` reads upstream Hermes's Terminal-Bench 2
+//! rows (`NousResearch/terminal-bench-2`, a file or a hub id; split `--env.dataset_split`),
+//! each unpacked into a Harbor task directory under `--env.unpack_dir`.
+//!
 //! `evaluate` also writes `harbor_result.json` (Harbor's `JobResult` shape) beside
 //! `metrics.json`; docs/guide/harbor.md has the mapping.
 
@@ -17,6 +21,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use hermes_env::data::Dataset;
 use hermes_env::harbor::{self, HarborTask, ImageBuilder, Rewards};
 use hermes_env::prelude::*;
 
@@ -79,6 +84,10 @@ pub struct Harbor {
     /// A Harbor dataset directory (task directories inside) or one task directory.
     #[config(default = "")]
     tasks_dir: String,
+    /// Where --env.dataset_name's Terminal-Bench 2 rows are unpacked as task directories
+    /// (empty = harbor-tasks/<dataset> under the system's temporary directory).
+    #[config(default = "")]
+    unpack_dir: String,
     /// The metric of reward.json used as the reward (reward.txt's value is `reward`); all
     /// metrics go to harbor_result.json.
     #[config(default = "reward")]
@@ -100,6 +109,39 @@ pub struct Harbor {
 }
 
 impl Harbor {
+    /// Unpacks the Terminal-Bench 2 rows of dataset `name` into task directories; returns
+    /// their parent.
+    async fn unpack_rows(&self, name: &str) -> Result<String> {
+        let split = &self.env_config().dataset_split;
+        let rows = Dataset::open(name, split)
+            .await?
+            .items::<harbor::tb2::Tb2Row>()?;
+        let dir = if self.unpack_dir.is_empty() {
+            let stem: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            std::env::temp_dir().join("harbor-tasks").join(stem)
+        } else {
+            PathBuf::from(&self.unpack_dir)
+        };
+        for row in &rows {
+            harbor::tb2::unpack_row(row, &dir)?;
+        }
+        eprintln!(
+            "harbor: {} Terminal-Bench 2 rows of {name} ({split}) unpacked into {}",
+            rows.len(),
+            dir.display()
+        );
+        Ok(dir.display().to_string())
+    }
+
     async fn item(
         builder: &ImageBuilder,
         task: HarborTask,
@@ -125,10 +167,15 @@ impl Harbor {
 #[hermes_env::hooks]
 impl Harbor {
     async fn setup(&mut self) -> Result<()> {
-        anyhow::ensure!(
-            !self.tasks_dir.is_empty(),
-            "harbor: pass --env.tasks_dir DIR (a Harbor dataset directory or one task directory)"
-        );
+        if self.tasks_dir.is_empty() {
+            let Some(name) = self.env_config().dataset_name.clone() else {
+                bail!(
+                    "harbor: pass --env.tasks_dir DIR (a Harbor dataset directory or one task \
+                     directory) or --env.dataset_name (Terminal-Bench 2 rows)"
+                );
+            };
+            self.tasks_dir = self.unpack_rows(&name).await?;
+        }
         anyhow::ensure!(
             self.env_config().terminal_backend == "docker",
             "harbor: Harbor tasks run in their own images: pass --env.terminal_backend docker"
@@ -154,6 +201,15 @@ impl Harbor {
                     self.stopped.insert(task.name.clone(), why);
                 }
                 None => {
+                    let agent = &task.config.agent;
+                    if agent.user.is_some() || agent.timeout_sec.is_some() {
+                        eprintln!(
+                            "harbor: task {}: [agent] user and timeout_sec are not applied per \
+                             task (the agent runs as --env.container_user, bounded by \
+                             --env.rollout_timeout)",
+                            task.name
+                        );
+                    }
                     let name = task.name.clone();
                     let item = Self::item(&builder, task, self.force_build, self.verdicts.clone());
                     pending.push(async move { (name, item.await) });

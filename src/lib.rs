@@ -64,9 +64,9 @@ pub mod sandbox {
 /// `tests/`) as items: loading, images, the sandbox spec, verification.
 pub mod harbor {
     pub use hermes_runtime::harbor::{
-        image::base_images, load_task, load_tasks, resolve_env, reward, sandbox_spec, task, verify,
-        HarborError, HarborTask, ImageBuilder, Network, Rewards, TaskConfig, TaskImage, TESTS_DIR,
-        VERIFIER_DIR,
+        image::base_images, load_task, load_tasks, resolve_env, reward, sandbox_spec, task, tb2,
+        verify, HarborError, HarborTask, ImageBuilder, Network, Rewards, TaskConfig, TaskImage,
+        TESTS_DIR, VERIFIER_DIR,
     };
 }
 

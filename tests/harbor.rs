@@ -431,3 +431,118 @@ print(json.dumps(rows))
         "task templates with an instruction loaded: {loaded}"
     );
 }
+
+#[test]
+fn terminal_bench_2_rows_unpack_into_the_same_runner() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    // Two fixture tasks as upstream Hermes's rows: base64 gzipped tarballs of environment/ and
+    // tests/, test.sh as text, the prebuilt image named.
+    let rows = tmp.path().join("tb2.jsonl");
+    let script = r#"
+import base64, io, json, pathlib, sys, tarfile
+root = pathlib.Path(sys.argv[1])
+def tarball(d):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for p in sorted(d.rglob("*")):
+            t.add(p, arcname=str(p.relative_to(d)), recursive=False)
+    return base64.b64encode(buf.getvalue()).decode()
+out = []
+for name, image in [("web-service", None), ("multi-metric", None), ("prebuilt-image", sys.argv[3])]:
+    d = root / name
+    row = {"task_name": name, "category": "tb2", "instruction": (d / "instruction.md").read_text(),
+           "docker_image": image, "tests_tar": tarball(d / "tests"),
+           "test_sh": (d / "tests/test.sh").read_text()}
+    if (d / "environment").is_dir():
+        row["environment_tar"] = tarball(d / "environment")
+    out.append(json.dumps(row))
+pathlib.Path(sys.argv[2]).write_text("\n".join(out) + "\n")
+"#;
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            tasks_dir().to_str().unwrap(),
+            rows.to_str().unwrap(),
+            BASE,
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let exploits = tmp.path().join("exploits.json");
+    let solve = |task: &str| {
+        std::fs::read_to_string(tasks_dir().join(task).join("solution/solve.sh")).unwrap()
+    };
+    std::fs::write(
+        &exploits,
+        serde_json::json!([
+            {"name": "do-nothing", "category": "baseline", "commands": ["true"]},
+            {"name": "both-solutions", "category": "oracle", "commands": [
+                solve("web-service"), solve("multi-metric")
+            ]}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let unpacked = tmp.path().join("unpacked");
+    let report = tmp.path().join("hack.json");
+    let args = [
+        "hack",
+        "--limit",
+        "0",
+        "--max-score",
+        "1",
+        "--only",
+        "do-nothing,both-solutions",
+        "--exploits",
+        exploits.to_str().unwrap(),
+        "--json",
+        report.to_str().unwrap(),
+        "--env.dataset_name",
+        rows.to_str().unwrap(),
+        "--env.unpack_dir",
+        unpacked.to_str().unwrap(),
+        "--env.terminal_backend",
+        "docker",
+        "--env.container_network",
+        "bridge",
+    ];
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        unpacked
+            .join("prebuilt-image/tests/.hidden/expected.txt")
+            .is_file()
+            && unpacked
+                .join("web-service/environment/Dockerfile")
+                .is_file(),
+        "the rows unpack into Harbor task directories"
+    );
+    let doc = read_json(&report);
+    let rows = doc["rows"].as_array().unwrap();
+    // prebuilt-image's tests insist on the workdir its task.toml names, which rows do not
+    // carry: it runs from the image's WORKDIR and earns 0 either way.
+    for (task, solved) in [
+        ("web-service", 1.0),
+        ("multi-metric", 1.0),
+        ("prebuilt-image", 0.0),
+    ] {
+        for (exploit, want) in [("do-nothing", 0.0), ("both-solutions", solved)] {
+            let row = rows
+                .iter()
+                .find(|r| r["item"].as_str().unwrap().ends_with(task) && r["exploit"] == exploit)
+                .unwrap_or_else(|| panic!("no row for {task} × {exploit}: {doc}"));
+            assert_eq!(
+                row["reward"].as_f64(),
+                Some(want),
+                "{task} × {exploit}: {row}"
+            );
+        }
+    }
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}

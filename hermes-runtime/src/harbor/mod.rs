@@ -6,6 +6,7 @@
 pub mod image;
 pub mod reward;
 pub mod task;
+pub mod tb2;
 
 use std::path::PathBuf;
 use std::time::Duration;
