@@ -56,7 +56,7 @@ pub mod data {
 pub mod sandbox {
     pub use hermes_runtime::sandbox::{
         ContainerOverrides, ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess,
-        Sandbox, SandboxError, SandboxSpec, Survivor, TaskSandbox, Transfer,
+        ReadyCheck, Sandbox, SandboxError, SandboxSpec, Survivor, TaskSandbox, Transfer,
     };
 }
 

@@ -546,3 +546,44 @@ pathlib.Path(sys.argv[2]).write_text("\n".join(out) + "\n")
     }
     assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
 }
+
+#[test]
+fn an_unhealthy_environment_is_a_sandbox_failure_before_the_agent_runs() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("set/unhealthy");
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::create_dir_all(task.join("solution")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[environment]\ndocker_image = \"{BASE}\"\n[environment.healthcheck]\n\
+             command = \"test -f /etc/never-there\"\ninterval_sec = 0.2\nretries = 2\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(task.join("instruction.md"), "Create /tmp/x.\n").unwrap();
+    std::fs::write(task.join("solution/solve.sh"), "touch /tmp/x\n").unwrap();
+    std::fs::write(
+        task.join("tests/test.sh"),
+        "if [ -f /tmp/x ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--json", report.to_str().unwrap()];
+    let fl = flags(&tmp.path().join("set"));
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(!out.status.success(), "{}", text(&out));
+    let doc = read_json(&report);
+    let item = &doc["items"][0];
+    assert_eq!(item["outcome"]["kind"], "sandbox_failure", "{item}");
+    assert!(
+        item["outcome"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("healthcheck `test -f /etc/never-there` failed 2 time(s)"),
+        "{item}"
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}

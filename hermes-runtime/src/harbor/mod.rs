@@ -14,7 +14,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::context::ToolContext;
-use crate::sandbox::{ContainerOverrides, SandboxError, SandboxSpec};
+use crate::sandbox::{ContainerOverrides, ReadyCheck, SandboxError, SandboxSpec};
 pub use image::{ImageBuilder, TaskImage};
 pub use reward::Rewards;
 pub use task::{load_task, load_tasks, HarborTask, Network, TaskConfig};
@@ -98,9 +98,23 @@ pub fn sandbox_spec(task: &HarborTask, image: &TaskImage) -> SandboxSpec {
         network: (env.network() == Ok(Network::None)).then(|| "none".to_owned()),
         workdir: env.workdir.clone().or_else(|| image.workdir.clone()),
     };
-    SandboxSpec::image(&image.tag)
+    let spec = SandboxSpec::image(&image.tag)
         .with_container(container)
-        .keep_services()
+        .keep_services();
+    match &env.healthcheck {
+        Some(h) => {
+            let secs = |s: f64| Duration::from_secs_f64(s.clamp(0.0, 86_400.0));
+            spec.with_ready_check(ReadyCheck {
+                command: h.command.clone(),
+                interval: secs(h.interval_sec),
+                timeout: secs(h.timeout_sec.max(1.0)),
+                start_period: secs(h.start_period_sec),
+                start_interval: secs(h.start_interval_sec),
+                retries: h.retries,
+            })
+        }
+        None => spec,
+    }
 }
 
 /// `${VAR}` and `${VAR:-default}` in `value`, from this process's environment (Harbor
@@ -136,7 +150,6 @@ fn quote(s: &str) -> String {
 }
 
 /// Runs the task's verifier in the rollout's sandbox and returns its metrics. In order: the
-/// healthcheck (when the task has one; the environment must be healthy to be judged), the
 /// wipe of `/tests` and `/logs/verifier` (a reward the agent planted is gone), the upload of
 /// `tests/` (dot-directories included), then `bash /tests/test.sh` as the verifier user with
 /// the verifier's environment, in the working directory, in a fresh shell, bounded by
@@ -149,9 +162,6 @@ pub async fn verify(task: &HarborTask, ctx: &ToolContext) -> Result<Rewards, Har
     };
     let cfg = &task.config;
     let workdir = cfg.environment.workdir.as_deref();
-    if let Some(check) = &cfg.environment.healthcheck {
-        healthcheck(check, ctx, workdir).await.map_err(failed)?;
-    }
     let wipe = ctx
         .terminal(&format!(
             "rm -rf {TESTS_DIR} {VERIFIER_DIR} && mkdir -p {TESTS_DIR} {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
@@ -214,48 +224,6 @@ pub async fn verify(task: &HarborTask, ctx: &ToolContext) -> Result<Rewards, Har
             )))
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Harbor's healthcheck: the command until it passes, failures in the start period not
-/// counted, `retries` consecutive failures after it fail.
-async fn healthcheck(
-    check: &task::HealthcheckConfig,
-    ctx: &ToolContext,
-    workdir: Option<&str>,
-) -> Result<(), String> {
-    let start = tokio::time::Instant::now();
-    let period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
-    let mut failures = 0;
-    loop {
-        let out = ctx
-            .terminal_isolated_as(
-                &check.command,
-                Duration::from_secs_f64(check.timeout_sec.clamp(1.0, 3600.0)),
-                None,
-                workdir,
-            )
-            .await
-            .map_err(|e| format!("healthcheck: {e}"))?;
-        if out.success() {
-            return Ok(());
-        }
-        let in_start = start.elapsed() < period;
-        if !in_start {
-            failures += 1;
-            if failures >= check.retries.max(1) {
-                return Err(format!(
-                    "the environment is unhealthy: healthcheck `{}` failed {failures} times (last exit code {}: {})",
-                    check.command, out.exit_code, out.output
-                ));
-            }
-        }
-        let wait = if in_start {
-            check.start_interval_sec
-        } else {
-            check.interval_sec
-        };
-        tokio::time::sleep(Duration::from_secs_f64(wait.clamp(0.0, 600.0))).await;
     }
 }
 

@@ -123,6 +123,63 @@ pub struct SandboxSpec {
     /// The item's own container settings (resources, network, working directory); each one
     /// unset keeps the run's. Docker only; an item with any set never takes a pooled container.
     pub container: ContainerOverrides,
+    /// A readiness check run right after the sandbox is created, before any command of the
+    /// agent's or the verifier's: failing it makes the rollout a sandbox failure.
+    pub ready: Option<ReadyCheck>,
+}
+
+/// Docker HEALTHCHECK's semantics for a sandbox (Harbor's `[environment.healthcheck]`): the
+/// command runs until it exits 0; failures within `start_period` (retried every
+/// `start_interval`) do not count, after it `retries` consecutive failures (every `interval`)
+/// fail the check. Each attempt is bounded by `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyCheck {
+    /// Shell command; exit 0 = ready.
+    pub command: String,
+    /// Time between attempts after the start period.
+    pub interval: Duration,
+    /// Time one attempt may run.
+    pub timeout: Duration,
+    /// Grace period in which failures do not count.
+    pub start_period: Duration,
+    /// Time between attempts in the grace period.
+    pub start_interval: Duration,
+    /// Consecutive failures (after the grace period) that fail the check; at least 1.
+    pub retries: u32,
+}
+
+impl ReadyCheck {
+    /// Runs the check in `sandbox` (fresh shells); `Err` says why it failed.
+    pub async fn run(&self, sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
+        let start = tokio::time::Instant::now();
+        let mut failures = 0;
+        loop {
+            let out = sandbox
+                .exec_one_shot(ExecRequest::new(self.command.clone(), self.timeout))
+                .await?;
+            if out.exit_code == 0 {
+                return Ok(());
+            }
+            let in_start = start.elapsed() < self.start_period;
+            if !in_start {
+                failures += 1;
+                if failures >= self.retries.max(1) {
+                    return Err(SandboxError::Create(format!(
+                        "the environment is unhealthy: its healthcheck `{}` failed {failures} time(s) after the start period (last exit code {}: {})",
+                        self.command,
+                        out.exit_code,
+                        out.output.trim()
+                    )));
+                }
+            }
+            tokio::time::sleep(if in_start {
+                self.start_interval
+            } else {
+                self.interval
+            })
+            .await;
+        }
+    }
 }
 
 /// An item's own container settings, over the run's `--env.container_*` flags (a task format
@@ -182,6 +239,12 @@ impl SandboxSpec {
     /// note for what it could still do.
     pub fn keep_services(self) -> Self {
         self.allow_survivor(Survivor::LISTENING, "*")
+    }
+
+    /// Runs `check` right after the sandbox is created, before anything else runs in it.
+    pub fn with_ready_check(mut self, check: ReadyCheck) -> Self {
+        self.ready = Some(check);
+        self
     }
 
     /// Sets the item's own container settings.
