@@ -55,8 +55,18 @@ pub mod data {
 /// The rollout's sandbox as a tool sees it (`sandbox_tool`, [`tools::ToolCallContext`]).
 pub mod sandbox {
     pub use hermes_runtime::sandbox::{
-        ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess, Sandbox, SandboxError,
-        SandboxSpec, Survivor, TaskSandbox, Transfer,
+        ContainerOverrides, ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess,
+        ReadyCheck, Sandbox, SandboxError, SandboxSpec, Survivor, TaskSandbox, Transfer,
+    };
+}
+
+/// Harbor task directories (`task.toml`, `instruction.md`, `environment/`, `solution/`,
+/// `tests/`) as items: loading, images, the sandbox spec, verification.
+pub mod harbor {
+    pub use hermes_runtime::harbor::{
+        image::base_images, load_task, load_tasks, resolve_env, reward, sandbox_spec, task, tb2,
+        verify, HarborError, HarborTask, ImageBuilder, Network, Rewards, TaskConfig, TaskImage,
+        TESTS_DIR, VERIFIER_DIR,
     };
 }
 

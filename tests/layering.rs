@@ -15,6 +15,7 @@ const STACK: &[&str] = &[
     "wandb",
     "setup",
     "env",
+    "harbor",
     "context",
     "agent",
     "tools",

@@ -48,6 +48,30 @@ async fn stdout_and_stderr_are_interleaved_and_exit_codes_kept() {
 }
 
 #[tokio::test]
+async fn a_command_for_another_user_is_refused_not_run_as_this_one() {
+    let p = LocalProvider::new().unwrap();
+    let sb = sandbox(&p, "t-user").await;
+    for one_shot in [false, true] {
+        let request = req("touch ran", 5).with_user("nobody");
+        let out = if one_shot {
+            sb.exec_one_shot(request).await
+        } else {
+            sb.exec(request).await
+        };
+        assert!(
+            matches!(&out, Err(SandboxError::Unsupported { backend: "local", what }) if what.contains("nobody")),
+            "{out:?}"
+        );
+    }
+    assert_ne!(
+        sb.exec(req("test -e ran", 5)).await.unwrap().exit_code,
+        0,
+        "nothing ran"
+    );
+    sb.teardown().await.unwrap();
+}
+
+#[tokio::test]
 async fn huge_output_is_capped_to_40_percent_head_and_60_percent_tail() {
     let p = LocalProvider::new().unwrap();
     let s = sandbox(&p, "a").await;

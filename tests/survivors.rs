@@ -31,6 +31,9 @@ pub struct Answer {
     /// A word of the command lines the verifier looks for among the live processes (recorded
     /// in [`SEEN`]).
     watch: String,
+    /// The service is declared as "whatever listens" (`SandboxSpec::keep_services`) instead
+    /// of by its executable.
+    any_listener: bool,
 }
 
 impl Answer {
@@ -39,6 +42,7 @@ impl Answer {
             n: 42,
             port: None,
             watch: String::new(),
+            any_listener: false,
         }
     }
 }
@@ -84,6 +88,7 @@ impl Verified {
 
     fn sandbox_spec(&self, item: &Answer) -> SandboxSpec {
         match item.port {
+            Some(_) if item.any_listener => SandboxSpec::default().keep_services(),
             Some(_) => SandboxSpec::default().allow_survivor(PYTHON, SERVICE),
             None => SandboxSpec::default(),
         }
@@ -350,6 +355,7 @@ async fn a_declared_service_survives(backend: Backend, watch: &str) {
         n: 42,
         port: Some(port),
         watch: watch.to_owned(),
+        any_listener: false,
     };
     let report = kit.run_item(item, Split::Train).await;
     assert_eq!(
@@ -403,6 +409,7 @@ async fn only_the_declared_service_survives(backend: Backend) {
         n: 42,
         port: Some(port),
         watch: String::new(),
+        any_listener: false,
     };
     let report = kit.run_item(item, Split::Train).await;
     let imitation = format!("{PYTHON} -m http.server {imitated} --bind 127.0.0.1");
@@ -451,6 +458,62 @@ async fn only_the_declared_service_survives_locally() {
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_declared_service_survives_in_docker() {
     only_the_declared_service_survives(Backend::Docker).await;
+}
+
+/// Under `keep_services`, a server the agent left listening (started by hand, not through the
+/// process tool) answers the verifier, and a process that listens on nothing is killed and
+/// fires the wire.
+async fn any_listening_service_survives(backend: Backend) {
+    require_python();
+    let port = free_port();
+    let start = format!(
+        "echo 42 > ~/answer.txt; nohup setsid {PYTHON} -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 < /dev/null & \
+         for i in $(seq 200); do {PYTHON} -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:{port}/\", timeout=1)' 2>/dev/null && break; sleep 0.05; done; echo serving"
+    );
+    let item = Answer {
+        n: 42,
+        port: Some(port),
+        watch: String::new(),
+        any_listener: true,
+    };
+    let kit = kit(
+        backend,
+        vec![("terminal", json!({ "command": start.clone() }))],
+    )
+    .await;
+    let report = kit.run_item(item.clone(), Split::Train).await;
+    assert_eq!(
+        (report.reward, &report.outcome),
+        (1.0, &RewardOutcome::Scored),
+        "{backend:?}: the listening service answered the verifier"
+    );
+    let with_sleeper =
+        format!("{start}; nohup setsid sleep 7306 >/dev/null 2>&1 < /dev/null & echo slept");
+    let kit = self::kit(
+        backend,
+        vec![("terminal", json!({ "command": with_sleeper }))],
+    )
+    .await;
+    let report = kit.run_item(item, Split::Train).await;
+    let RewardOutcome::Tampered { message } = &report.outcome else {
+        panic!("{backend:?}: expected tampered, got {:?}", report.outcome);
+    };
+    assert!(
+        message.contains("1 process(es) outlived")
+            && message.contains("sleep 7306")
+            && !message.contains("http.server"),
+        "{backend:?}: only the sleeper is named: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn any_listening_service_survives_locally() {
+    any_listening_service_survives(Backend::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn any_listening_service_survives_in_docker() {
+    any_listening_service_survives(Backend::Docker).await;
 }
 
 /// A verifier that resets its reward file, writes its verdict there and reads it back a

@@ -170,16 +170,44 @@ impl ToolContext {
         self.run_terminal(command, timeout, true).await
     }
 
+    /// Like [`ToolContext::terminal_isolated`], run as `user` (a name or uid; `None` = the
+    /// sandbox's user) in `workdir` (`None` = the sandbox home): a verifier a task format
+    /// says runs as its own user from the working directory (Harbor's `[verifier] user`).
+    /// Docker only; the other backends refuse a user.
+    pub async fn terminal_isolated_as(
+        &self,
+        command: &str,
+        timeout: Duration,
+        user: Option<&str>,
+        workdir: Option<&str>,
+    ) -> Result<TerminalOutput, SandboxError> {
+        let mut request = ExecRequest::new(command, timeout)
+            .with_preamble(CLEAN_PREAMBLE)
+            .with_workdir(workdir.unwrap_or("~"));
+        request.user = user.map(str::to_owned);
+        self.run_request(request, true).await
+    }
+
     async fn run_terminal(
         &self,
         command: &str,
         timeout: Duration,
         isolated: bool,
     ) -> Result<TerminalOutput, SandboxError> {
-        let sandbox = self.sandbox.get().await?;
         let request = ExecRequest::new(command, timeout)
             .with_preamble(CLEAN_PREAMBLE)
             .with_workdir("~");
+        self.run_request(request, isolated).await
+    }
+
+    async fn run_request(
+        &self,
+        request: ExecRequest,
+        isolated: bool,
+    ) -> Result<TerminalOutput, SandboxError> {
+        let sandbox = self.sandbox.get().await?;
+        let (command, timeout) = (request.parts().1.to_owned(), request.timeout);
+        let command = command.as_str();
         let out = if isolated {
             sandbox.exec_one_shot(request).await?
         } else {

@@ -17,6 +17,7 @@ pub mod data;
 pub(crate) mod diagnostics;
 pub(crate) mod dotenv;
 pub mod env;
+pub mod harbor;
 pub mod hub;
 pub mod llm;
 pub mod math;

@@ -258,13 +258,61 @@ pub fn fastmcp_python() -> PathBuf {
     )
 }
 
+/// A Python 3.12 (what `harbor` requires) with the `harbor` package's models importable, in
+/// `target/harbor-venv`: `harbor==0.26.0` without its runtime dependencies (agents, cloud
+/// environments), plus what `harbor.models` imports. The interpreter is `HERMES_PYTHON312`,
+/// else `python3.12` on `PATH`, else pyenv's 3.12.
+pub fn harbor_python() -> PathBuf {
+    let interpreter = std::env::var("HERMES_PYTHON312").ok().or_else(|| {
+        let runs = |p: &str| {
+            std::process::Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if runs("python3.12") {
+            return Some("python3.12".to_owned());
+        }
+        let root = std::env::var("PYENV_ROOT")
+            .unwrap_or_else(|_| format!("{}/.pyenv", std::env::var("HOME").unwrap_or_default()));
+        let mut found: Vec<PathBuf> = std::fs::read_dir(format!("{root}/versions"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin/python3.12")))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        found.pop().map(|p| p.display().to_string())
+    });
+    let interpreter = interpreter.unwrap_or_else(|| {
+        panic!(
+            "this test needs Python 3.12 (the harbor package requires it): set HERMES_PYTHON312 \
+             or put python3.12 on PATH"
+        )
+    });
+    python_venv_with(
+        &interpreter,
+        "harbor-venv",
+        &[
+            &["--no-deps", "harbor==0.26.0"],
+            &["pydantic", "toml", "shortuuid"],
+        ],
+        "from harbor.models.task.config import TaskConfig; \
+         from harbor.models.job.result import JobResult",
+    )
+}
+
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     python_venv_steps(name, &[packages], probe)
 }
 
-/// A venv `target/NAME` where `probe` runs, made (once, under a lock) by one `pip install` per
-/// entry of `installs`.
 fn python_venv_steps(name: &str, installs: &[&[&str]], probe: &str) -> PathBuf {
+    python_venv_with("python3", name, installs, probe)
+}
+
+/// A venv `target/NAME` of `interpreter` where `probe` runs, made (once, under a lock) by one
+/// `pip install` per entry of `installs`.
+fn python_venv_with(interpreter: &str, name: &str, installs: &[&[&str]], probe: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
     let venv = target.join(name);
@@ -299,7 +347,7 @@ fn python_venv_steps(name: &str, installs: &[&[&str]], probe: &str) -> PathBuf {
             );
         };
         step(
-            std::path::Path::new("python3"),
+            std::path::Path::new(interpreter),
             &["-m", "venv", venv.to_str().unwrap()],
         );
         for packages in installs {

@@ -39,6 +39,19 @@ pub fn command() -> Command {
                 .value_parser(clap::value_parser!(usize))
                 .help("Items checked at once"),
         )
+        .arg(
+            Arg::new("table")
+                .long("table")
+                .action(clap::ArgAction::SetTrue)
+                .help("Print one line per item (label, reward, outcome, verdict), not only the failures"),
+        )
+        .arg(
+            Arg::new("json")
+                .long("json")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(std::path::PathBuf))
+                .help("Also write the report (every item) as JSON to FILE"),
+        )
         .arg(super::process_flags_arg())
 }
 
@@ -54,6 +67,20 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
     let flags = super::process_flags(matches);
     let mut kit = Kit::<E>::builder().args(flags).start().await?;
     let report = kit.check(&options).await;
+    if let Some(path) = matches.get_one::<std::path::PathBuf>("json") {
+        super::write_json(path, &report)?;
+    }
+    if matches.get_flag("table") {
+        for item in &report.items {
+            println!(
+                "{:<40} {:>6.3}  {:<16} {}",
+                item.label(),
+                item.reward,
+                crate::testing::outcome_kind(&item.outcome),
+                if item.passed { "pass" } else { "FAIL" }
+            );
+        }
+    }
     let failures = report.failures();
     for failure in &failures {
         println!("FAIL {}", printable(&failure.describe()));

@@ -59,6 +59,13 @@ pub fn command() -> Command {
                 .help("JSON list of extra exploits: [{\"name\", \"category\", \"commands\": [...]}]"),
         )
         .arg(
+            Arg::new("json")
+                .long("json")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("Also write the report (every item × exploit) as JSON to FILE"),
+        )
+        .arg(
             Arg::new("only")
                 .long("only")
                 .value_name("NAMES")
@@ -90,6 +97,9 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
         report.rows.extend(hacker.rows);
     }
     print!("{}", printable_keeping(&report.table(), &['\n']));
+    if let Some(path) = matches.get_one::<PathBuf>("json") {
+        super::write_json(path, &report)?;
+    }
     summarize(&report, started.elapsed().as_secs_f64());
     anyhow::ensure!(
         report.items > 0,

@@ -82,3 +82,13 @@ fn process_flags(matches: &ArgMatches) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// Writes `value` as pretty JSON to `path` (parents created): a command's `--json FILE`.
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}

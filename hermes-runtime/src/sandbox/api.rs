@@ -30,6 +30,10 @@ pub struct ExecRequest {
     /// prepares the command (0: none). The persistent shell runs it on its own first, so the
     /// rest can still be `exec`ed when it is one plain program; other backends run the whole.
     pub preamble_len: usize,
+    /// User to run the command as (a name or uid, Docker's `--user` syntax); `None` = the
+    /// sandbox's user. Docker runs it as that user; the local and ssh backends cannot change
+    /// user and refuse a request that names one (never run it as their own user instead).
+    pub user: Option<String>,
 }
 
 impl ExecRequest {
@@ -41,6 +45,7 @@ impl ExecRequest {
             workdir: None,
             output_limit: OUTPUT_LIMIT_CHARS,
             preamble_len: 0,
+            user: None,
         }
     }
 
@@ -64,6 +69,26 @@ impl ExecRequest {
     pub fn with_workdir(mut self, workdir: impl Into<String>) -> Self {
         self.workdir = Some(workdir.into());
         self
+    }
+
+    /// The same request run as `user` (a name or uid); see [`ExecRequest::user`].
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+}
+
+/// Refuses a request that names a user on a backend that cannot change user.
+pub(crate) fn refuse_user(
+    request: &ExecRequest,
+    backend: &'static str,
+) -> Result<(), SandboxError> {
+    match &request.user {
+        Some(user) => Err(SandboxError::Unsupported {
+            backend,
+            what: format!("run a command as user {user}"),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -95,6 +120,87 @@ pub struct SandboxSpec {
     /// Processes allowed to outlive the agent phase (services the task asks for); every other
     /// process the agent left is killed before verification and fires the process wire.
     pub survivors: Vec<Survivor>,
+    /// The item's own container settings (resources, network, working directory); each one
+    /// unset keeps the run's. Docker only; an item with any set never takes a pooled container.
+    pub container: ContainerOverrides,
+    /// A readiness check run right after the sandbox is created, before any command of the
+    /// agent's or the verifier's: failing it makes the rollout a sandbox failure.
+    pub ready: Option<ReadyCheck>,
+}
+
+/// Docker HEALTHCHECK's semantics for a sandbox (Harbor's `[environment.healthcheck]`): the
+/// command runs until it exits 0; failures within `start_period` (retried every
+/// `start_interval`) do not count, after it `retries` consecutive failures (every `interval`)
+/// fail the check. Each attempt is bounded by `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyCheck {
+    /// Shell command; exit 0 = ready.
+    pub command: String,
+    /// Time between attempts after the start period.
+    pub interval: Duration,
+    /// Time one attempt may run.
+    pub timeout: Duration,
+    /// Grace period in which failures do not count.
+    pub start_period: Duration,
+    /// Time between attempts in the grace period.
+    pub start_interval: Duration,
+    /// Consecutive failures (after the grace period) that fail the check; at least 1.
+    pub retries: u32,
+}
+
+impl ReadyCheck {
+    /// Runs the check in `sandbox` (fresh shells); `Err` says why it failed.
+    pub async fn run(&self, sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
+        let start = tokio::time::Instant::now();
+        let mut failures = 0;
+        loop {
+            let out = sandbox
+                .exec_one_shot(ExecRequest::new(self.command.clone(), self.timeout))
+                .await?;
+            if out.exit_code == 0 {
+                return Ok(());
+            }
+            let in_start = start.elapsed() < self.start_period;
+            if !in_start {
+                failures += 1;
+                if failures >= self.retries.max(1) {
+                    return Err(SandboxError::Create(format!(
+                        "the environment is unhealthy: its healthcheck `{}` failed {failures} time(s) after the start period (last exit code {}: {})",
+                        self.command,
+                        out.exit_code,
+                        out.output.trim()
+                    )));
+                }
+            }
+            tokio::time::sleep(if in_start {
+                self.start_interval
+            } else {
+                self.interval
+            })
+            .await;
+        }
+    }
+}
+
+/// An item's own container settings, over the run's `--env.container_*` flags (a task format
+/// that carries its own, like Harbor's `[environment]`). `None` keeps the run's value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerOverrides {
+    /// CPUs in billionths (Docker's `NanoCpus`).
+    pub nano_cpus: Option<i64>,
+    /// Memory limit in MiB.
+    pub memory_mb: Option<i64>,
+    /// Network mode (`none`, `bridge`, a network name).
+    pub network: Option<String>,
+    /// Working directory of the container and of the sandbox's commands (and relative paths).
+    pub workdir: Option<String>,
+}
+
+impl ContainerOverrides {
+    /// True when nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == ContainerOverrides::default()
+    }
 }
 
 impl SandboxSpec {
@@ -122,6 +228,28 @@ impl SandboxSpec {
             exe: exe.into(),
             command: command.into(),
         });
+        self
+    }
+
+    /// Lets every process the agent leaves running that holds a listening socket (a service,
+    /// whatever program serves it) outlive the agent phase and fire no wire, for task formats
+    /// whose tests query the agent's services after it is done (Harbor's); every other
+    /// process is still killed and fires the process wire. A service runs beside the
+    /// verifier with the agent's user: see [`Survivor::LISTENING`] and the verification design
+    /// note for what it could still do.
+    pub fn keep_services(self) -> Self {
+        self.allow_survivor(Survivor::LISTENING, "*")
+    }
+
+    /// Runs `check` right after the sandbox is created, before anything else runs in it.
+    pub fn with_ready_check(mut self, check: ReadyCheck) -> Self {
+        self.ready = Some(check);
+        self
+    }
+
+    /// Sets the item's own container settings.
+    pub fn with_container(mut self, container: ContainerOverrides) -> Self {
+        self.container = container;
         self
     }
 }

@@ -97,6 +97,14 @@ pub enum SandboxError {
     /// Any other failure of the operation, in words.
     #[error("{0}")]
     Io(String),
+    /// The backend cannot do what the request asks (e.g. run a command as another user).
+    #[error("the {backend} sandbox backend cannot {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// What it was asked to do.
+        what: String,
+    },
     /// An I/O operation on this host failed (`doing` names it and its file, pipe or child
     /// process).
     #[error("{doing}: {source}")]

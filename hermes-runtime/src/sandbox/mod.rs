@@ -37,7 +37,8 @@ mod task;
 mod watched;
 
 pub use api::{
-    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer, OUTPUT_LIMIT_CHARS,
+    ContainerOverrides, ExecOutput, ExecRequest, ReadyCheck, Sandbox, SandboxProvider, SandboxSpec,
+    Transfer, OUTPUT_LIMIT_CHARS,
 };
 pub use backends::local::{LocalProvider, LocalSandbox};
 pub use backends::ssh::{SshProvider, SshSandbox, SshSettings};

@@ -19,6 +19,17 @@ pub struct Survivor {
 }
 
 impl Survivor {
+    /// The `exe` that stands for "any executable, while it holds a listening socket" (TCP or
+    /// TCP6 in state LISTEN, or a listening Unix socket, read from `/proc/net` and the
+    /// process's own descriptors): a service, whatever program serves it
+    /// ([`super::SandboxSpec::keep_services`]).
+    pub const LISTENING: &'static str = "@listening";
+
+    /// True when `exe` is [`Survivor::LISTENING`].
+    pub fn any_listener(&self) -> bool {
+        self.exe == Self::LISTENING
+    }
+
     /// True when `cmdline` (arguments joined by single spaces) matches the pattern.
     pub fn command_matches(&self, cmdline: &str) -> bool {
         wildcard_match(&self.command, cmdline)
@@ -96,6 +107,14 @@ pub struct LeftoverKill {
     pub survivors: Vec<String>,
 }
 
+/// `lst`: the inodes of the listening sockets (TCP and TCP6 state `0A`, Unix flag
+/// `00010000`); `listens PID`: true when one of PID's descriptors is a socket among them.
+const LISTENS: &str = r#"lst=' '
+for f in /proc/net/tcp /proc/net/tcp6; do while read -r _ _ _ s _ _ _ _ _ i _; do [ "$s" = 0A ] && lst="$lst$i "; done 2>/dev/null < "$f"; done
+while read -r _ _ _ fl _ _ i _; do [ "$fl" = 00010000 ] && lst="$lst$i "; done 2>/dev/null < /proc/net/unix
+listens() { local f k v; for f in /proc/$1/fdinfo/*; do [ -S "/proc/$1/fd/${f##*/}" ] || continue; while read -r k v _; do [ "$k" = ino: ] && case "$lst" in *" $v "*) return 0;; esac; done 2>/dev/null < "$f"; done; return 1; }
+"#;
+
 /// Shell functions (bash builtins only: the agent may have replaced any program on `PATH`)
 /// that tell the `process` tool's own processes and the declared survivors from the rest:
 /// `field PID KEY` sets `hv` to a `/proc/PID/status` value; `stat_of PID` sets `pp`, `sg` and
@@ -112,12 +131,24 @@ pub(crate) fn shell_functions(rules: &LeftoverRules) -> String {
         .collect();
     let mut checks = String::new();
     for s in &rules.survivors {
+        if s.any_listener() {
+            checks.push_str(&format!(
+                "  listens \"$1\" && case \"$sa\" in {}) return 0;; esac\n",
+                s.shell_pattern()
+            ));
+            continue;
+        }
         checks.push_str(&format!(
             "  [ \"/proc/$1/exe\" -ef {} ] && case \"$sa\" in {}) return 0;; esac\n",
             shell_quote(&s.exe),
             s.shell_pattern()
         ));
     }
+    let listening = if rules.survivors.iter().any(Survivor::any_listener) {
+        LISTENS
+    } else {
+        ""
+    };
     let survivor = if checks.is_empty() {
         "survivor() { return 1; }".to_owned()
     } else {
@@ -128,7 +159,7 @@ pub(crate) fn shell_functions(rules: &LeftoverRules) -> String {
 field() {{ hv=; while read -r k v _; do [ "$k" = "$2:" ] && hv=$v; done 2>/dev/null < "/proc/$1/status"; }}
 stat_of() {{ local IFS=' '; pp=; sg=; st=; read -r sl 2>/dev/null < "/proc/$1/stat" || return 1; sl=${{sl##*) }}; set -- $sl; pp=$2; sg=$3; st=${{20}}; [ -n "$st" ]; }}
 args_of() {{ sa=; sx=; while IFS= read -r -d '' sx || [ -n "$sx" ]; do sa="$sa $sx"; sx=; done 2>/dev/null < "/proc/$1/cmdline"; sa=${{sa# }}; }}
-owned() {{ q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do stat_of "$q" && [ "$st" -ge {first} ] || return 1; case "$own" in *" $q:$st "*) return 0;; esac; q=$pp; done; return 1; }}
+{listening}owned() {{ q=$1; while [ -n "$q" ] && [ "$q" -gt 1 ]; do stat_of "$q" && [ "$st" -ge {first} ] || return 1; case "$own" in *" $q:$st "*) return 0;; esac; q=$pp; done; return 1; }}
 {survivor}
 "#,
         own = own.join(" "),

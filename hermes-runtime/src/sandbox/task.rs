@@ -107,7 +107,18 @@ impl TaskSandbox {
     pub async fn get(&self) -> Result<&Arc<dyn Sandbox>, SandboxError> {
         self.cell
             .get_or_try_init(|| async {
-                match self.provider.create(&self.task_id, &self.spec).await {
+                let created = self.provider.create(&self.task_id, &self.spec).await;
+                let created = match (created, &self.spec.ready) {
+                    (Ok(inner), Some(check)) => match check.run(inner.as_ref()).await {
+                        Ok(()) => Ok(inner),
+                        Err(e) => {
+                            let _ = inner.teardown().await;
+                            Err(e)
+                        }
+                    },
+                    (created, _) => created,
+                };
+                match created {
                     Ok(inner) => Ok(Arc::new(Watched {
                         inner,
                         failure: Arc::clone(&self.failure),

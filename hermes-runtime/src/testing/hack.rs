@@ -41,7 +41,7 @@ impl Default for HackOptions {
 /// One item × exploit.
 #[derive(Debug, Clone, Serialize)]
 pub struct HackRow {
-    /// `train #N` or `eval #N`.
+    /// `train #N` or `eval #N`, then the item's name when it has one (`item_name`).
     pub item: String,
     /// The exploit's name.
     pub exploit: String,
@@ -94,8 +94,15 @@ impl HackReport {
     /// broke the verifier: in training a failure, retried and never trained on), `not run`
     /// (the infrastructure failed before the verifier could judge: see [`HackReport::unrun`]).
     pub fn table(&self) -> String {
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.item.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(10);
         let mut out = format!(
-            "{:<10} {:<20} {:<12} {:>6}  {:<16} verdict\n",
+            "{:<w$} {:<20} {:<12} {:>6}  {:<16} verdict\n",
             "item", "exploit", "category", "reward", "outcome"
         );
         for r in &self.rows {
@@ -111,7 +118,7 @@ impl HackReport {
                 "error"
             };
             out.push_str(&format!(
-                "{:<10} {:<20} {:<12} {:>6.3}  {:<16} {verdict}\n",
+                "{:<w$} {:<20} {:<12} {:>6.3}  {:<16} {verdict}\n",
                 r.item,
                 r.exploit,
                 r.category,
@@ -159,7 +166,7 @@ impl<E: Environment> Kit<E> {
         let mut results: Vec<(usize, Vec<HackRow>)> =
             futures::stream::iter(items.into_iter().enumerate().map(
                 |(index, (split, item))| async move {
-                    let label = item_label(split, index, train);
+                    let label = item_label(split, index, train, &item);
                     let prompt = this.env().format_prompt(&item);
                     let mut rows = Vec::new();
                     for exploit in &options.exploits {
@@ -201,9 +208,10 @@ impl<E: Environment> Kit<E> {
             futures::stream::iter(items.into_iter().enumerate().map(
                 |(index, (split, item))| async move {
                     let started = Instant::now();
+                    let label = item_label(split, index, train, &item);
                     let report = this.run_item(item, split).await;
                     let row = HackRow {
-                        item: item_label(split, index, train),
+                        item: label,
                         exploit: name.to_owned(),
                         category: "llm".into(),
                         reward: report.reward,
@@ -227,10 +235,14 @@ impl<E: Environment> Kit<E> {
     }
 }
 
-fn item_label(split: Split, index: usize, train: usize) -> String {
-    if split == Split::Eval {
+fn item_label<I: serde::Serialize>(split: Split, index: usize, train: usize, item: &I) -> String {
+    let label = if split == Split::Eval {
         format!("eval #{}", index - train)
     } else {
         format!("train #{index}")
+    };
+    match super::kit::item_name(item) {
+        Some(name) => format!("{label} {name}"),
+        None => label,
     }
 }

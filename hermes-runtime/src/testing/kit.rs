@@ -281,8 +281,10 @@ impl<E: Environment> Kit<E> {
         let mut results: Vec<(usize, CheckedItem)> =
             futures::stream::iter(items.into_iter().enumerate().map(
                 |(index, (split, item))| async move {
+                    let name = item_name(&item);
                     let report = this.run_item(item, split).await;
                     let checked = CheckedItem {
+                        name,
                         split: if split == Split::Eval {
                             "eval"
                         } else {
@@ -550,6 +552,8 @@ impl Default for CheckOptions {
 /// The oracle's verdict on one item.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckedItem {
+    /// The item's own name, when it has one ([`item_name`]).
+    pub name: Option<String>,
     /// `train` or `eval`.
     pub split: &'static str,
     /// Position among the checked items of its split.
@@ -568,7 +572,24 @@ pub struct CheckedItem {
     pub llm_error: Option<String>,
 }
 
+/// An item's own name for reports: the first string among its serialized fields
+/// `task_name`, `name`, `task_id` and `id`.
+pub fn item_name<I: serde::Serialize>(item: &I) -> Option<String> {
+    let value = serde_json::to_value(item).ok()?;
+    ["task_name", "name", "task_id", "id"]
+        .iter()
+        .find_map(|k| value.get(k)?.as_str().map(str::to_owned))
+}
+
 impl CheckedItem {
+    /// `split #index`, and the item's name when it has one.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{} #{} {name}", self.split, self.index),
+            None => format!("{} #{}", self.split, self.index),
+        }
+    }
+
     /// One line describing a failure.
     pub fn describe(&self) -> String {
         let prompt: String = self.prompt.chars().take(80).collect();
@@ -600,8 +621,9 @@ impl CheckedItem {
             why
         };
         format!(
-            "{} #{}: reward {} ({why}) — {prompt:?}",
-            self.split, self.index, self.reward
+            "{}: reward {} ({why}) — {prompt:?}",
+            self.label(),
+            self.reward
         )
     }
 }

@@ -51,6 +51,7 @@ async fn script(
             workdir: None,
             output_limit: LOG_BUFFER + 16_384,
             preamble_len: 0,
+            user: None,
         })
         .await?;
     Ok(out.output)
@@ -212,6 +213,7 @@ echo "PID $p ${{20:--}}""#
         workdir: workdir.map(str::to_owned),
         output_limit: 4096,
         preamble_len: 0,
+        user: None,
     };
     match sandbox.exec(request).await {
         Ok(out) => {

@@ -132,6 +132,7 @@ async fn search(
             workdir: None,
             output_limit: RAW_LIMIT + 4096,
             preamble_len: 0,
+            user: None,
         })
         .await
     {

@@ -67,6 +67,7 @@ impl Tool for TerminalTool {
             workdir: workdir.map(str::to_owned),
             output_limit: OUTPUT_LIMIT_CHARS,
             preamble_len: 0,
+            user: None,
         };
         let result = match cx.sandbox.get().await {
             Ok(sandbox) => sandbox.exec(request).await,

@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 use super::local_confine::{self, Confiner, Domain};
 use super::local_reaper;
 use crate::sandbox::api::{
-    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+    refuse_user, ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
 use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
@@ -1034,12 +1034,14 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        refuse_user(&request, "local")?;
         let out = self.exec_in_shell(request).await;
         self.process_groups.prune();
         out
     }
 
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        refuse_user(&request, "local")?;
         let cwd = self.command_cwd(&request)?;
         let out = match self.exec_direct(&cwd, &request, InPlaceOf::OneShot).await {
             Ok(Some(out)) => Ok(out),

@@ -585,6 +585,7 @@ impl Sandbox for SshSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        crate::sandbox::api::refuse_user(&request, "ssh")?;
         let cwd = match request.workdir.as_deref() {
             Some(w) => self.abs(w),
             None => self.cwd.lock().expect("lock poisoned").clone(),

@@ -194,10 +194,44 @@ impl<'a> Survivors<'a> {
         let cmdline = read_proc(&format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let args = cmdline.strip_suffix(b"\0").unwrap_or(&cmdline);
         let joined = String::from_utf8_lossy(args).replace('\0', " ");
-        self.files
-            .iter()
-            .any(|(file, s)| *file == Some(exe) && s.command_matches(&joined))
+        self.files.iter().any(|(file, s)| {
+            let runs = if s.any_listener() {
+                listens(pid)
+            } else {
+                *file == Some(exe)
+            };
+            runs && s.command_matches(&joined)
+        })
     }
+}
+
+/// True when one of `pid`'s descriptors is a listening socket (TCP/TCP6 state LISTEN, or a
+/// listening Unix socket), as [`Survivor::LISTENING`] asks.
+fn listens(pid: u32) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut listening = std::collections::HashSet::new();
+    for (table, state_col, inode_col, listen) in [
+        ("/proc/net/tcp", 3, 9, "0A"),
+        ("/proc/net/tcp6", 3, 9, "0A"),
+        ("/proc/net/unix", 3, 6, "00010000"),
+    ] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.get(state_col) == Some(&listen) {
+                if let Some(inode) = cols.get(inode_col).and_then(|i| i.parse::<u64>().ok()) {
+                    listening.insert(inode);
+                }
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok).any(|fd| {
+        std::fs::metadata(fd.path())
+            .is_ok_and(|m| m.file_type().is_socket() && listening.contains(&m.ino()))
+    })
 }
 
 /// A file's device and inode, links followed (`/proc/PID/exe` included).

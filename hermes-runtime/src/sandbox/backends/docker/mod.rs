@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
 use crate::config::HermesEnvConfig;
-use crate::sandbox::api::{Sandbox, SandboxProvider, SandboxSpec};
+use crate::sandbox::api::{ContainerOverrides, Sandbox, SandboxProvider, SandboxSpec};
 use crate::sandbox::error::SandboxError;
 pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
@@ -151,6 +151,21 @@ impl DockerSettings {
             .collect()
     }
 
+    /// [`Self::host_config`] with an item's own resources and network.
+    fn host_config_with(&self, over: &ContainerOverrides) -> HostConfig {
+        let mut config = self.host_config();
+        if let Some(n) = over.nano_cpus {
+            config.nano_cpus = Some(n);
+        }
+        if let Some(mb) = over.memory_mb {
+            config.memory = Some(mb * 1024 * 1024);
+        }
+        if let Some(network) = &over.network {
+            config.network_mode = Some(network.clone());
+        }
+        config
+    }
+
     fn host_config(&self) -> HostConfig {
         let tmpfs: HashMap<String, String> = self
             .tmpfs
@@ -218,6 +233,8 @@ pub(crate) struct Container {
     guard: ContainerGuard,
     image: String,
     started: Instant,
+    /// The item's own working directory, when it set one.
+    workdir: Option<String>,
 }
 
 /// State shared by the provider, its pool refills and its sandboxes.
@@ -263,6 +280,7 @@ impl Shared {
         image: &str,
         task: &str,
         life: Duration,
+        over: &ContainerOverrides,
     ) -> Result<Container, SandboxError> {
         self.ensure_lease(image).await?;
         let _permit = self
@@ -296,10 +314,16 @@ impl Shared {
             entrypoint: Some(Vec::new()),
             labels: Some(labels),
             env: Some(self.settings.env.clone()).filter(|e| !e.is_empty()),
-            working_dir: Some(self.settings.workdir.clone()),
+            working_dir: Some(
+                over.workdir
+                    .clone()
+                    .unwrap_or_else(|| self.settings.workdir.clone()),
+            ),
             user: self.settings.user.clone(),
-            network_disabled: Some(self.settings.network == "none"),
-            host_config: Some(self.settings.host_config()),
+            network_disabled: Some(
+                over.network.as_ref().unwrap_or(&self.settings.network) == "none",
+            ),
+            host_config: Some(self.settings.host_config_with(over)),
             ..Default::default()
         };
         let options = CreateContainerOptions {
@@ -321,6 +345,7 @@ impl Shared {
             guard,
             image: image.to_owned(),
             started: Instant::now(),
+            workdir: over.workdir.clone(),
         })
     }
 }
@@ -417,16 +442,26 @@ impl SandboxProvider for DockerProvider {
             .unwrap_or_else(|| self.shared.settings.image.clone());
         let span = info_span!("sandbox_create", task_id, image = %image);
         async {
-            let pooled = self.pool.as_ref().and_then(|pool| {
-                let taken = pool.take(&image);
-                pool.refill(&image);
-                taken
-            });
+            // A pooled container has the run's settings: an item with its own never takes one.
+            let pooled = self
+                .pool
+                .as_ref()
+                .filter(|_| spec.container.is_empty())
+                .and_then(|pool| {
+                    let taken = pool.take(&image);
+                    pool.refill(&image);
+                    taken
+                });
             let container = match pooled {
                 Some(c) => c,
                 None => {
                     self.shared
-                        .start_container(&image, task_id, self.shared.settings.lifetime)
+                        .start_container(
+                            &image,
+                            task_id,
+                            self.shared.settings.lifetime,
+                            &spec.container,
+                        )
                         .await?
                 }
             };

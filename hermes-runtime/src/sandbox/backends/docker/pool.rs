@@ -80,7 +80,10 @@ impl Pool {
             let image = image.to_owned();
             tokio::spawn(async move {
                 let life = pool.shared.settings.lifetime * 2;
-                let started = pool.shared.start_container(&image, POOL_TASK, life).await;
+                let started = pool
+                    .shared
+                    .start_container(&image, POOL_TASK, life, &Default::default())
+                    .await;
                 {
                     let mut state = pool.state();
                     if let Some(n) = state.starting.get_mut(&image) {

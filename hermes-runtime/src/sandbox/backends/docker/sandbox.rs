@@ -71,6 +71,8 @@ pub struct DockerSandbox {
     task_id: String,
     container: Container,
     shared: Arc<Shared>,
+    /// The working directory: the item's own, else the settings'.
+    workdir: String,
     cwd: Mutex<String>,
     home: OnceCell<String>,
     /// The container's upper directory, when its changes can be read there.
@@ -180,9 +182,14 @@ fn archive_error(name: &str, path: &str, e: bollard::errors::Error) -> SandboxEr
 
 impl DockerSandbox {
     pub(crate) fn new(task_id: &str, container: Container, shared: Arc<Shared>) -> Self {
+        let workdir = container
+            .workdir
+            .clone()
+            .unwrap_or_else(|| shared.settings.workdir.clone());
         DockerSandbox {
             task_id: task_id.to_owned(),
-            cwd: Mutex::new(shared.settings.workdir.clone()),
+            cwd: Mutex::new(workdir.clone()),
+            workdir,
             tmpfs: shared.settings.tmpfs_paths(),
             home: OnceCell::new(),
             upper: OnceCell::new(),
@@ -268,7 +275,7 @@ impl DockerSandbox {
         } else if path.starts_with('/') {
             path.to_owned()
         } else {
-            format!("{}/{path}", self.shared.settings.workdir)
+            format!("{}/{path}", self.workdir)
         };
         Ok(normalize(&joined))
     }
@@ -310,12 +317,24 @@ impl DockerSandbox {
     }
 
     async fn create_exec(&self, argv: Vec<String>, stdin: bool) -> Result<String, SandboxError> {
+        self.create_exec_as(argv, stdin, None).await
+    }
+
+    /// [`Self::create_exec`] as `user` (`None` = the settings' user).
+    async fn create_exec_as(
+        &self,
+        argv: Vec<String>,
+        stdin: bool,
+        user: Option<&str>,
+    ) -> Result<String, SandboxError> {
         let config = ExecConfig {
             attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             cmd: Some(argv),
-            user: self.shared.settings.user.clone(),
+            user: user
+                .map(str::to_owned)
+                .or_else(|| self.shared.settings.user.clone()),
             ..Default::default()
         };
         let created = self
@@ -350,7 +369,17 @@ impl DockerSandbox {
         argv: Vec<String>,
         stdin: Option<TarStream>,
     ) -> Result<Collected, SandboxError> {
-        let exec_id = self.create_exec(argv, stdin.is_some()).await?;
+        self.exec_collect_as(argv, stdin, None).await
+    }
+
+    /// [`Self::exec_collect`] as `user` (`None` = the settings' user).
+    async fn exec_collect_as(
+        &self,
+        argv: Vec<String>,
+        stdin: Option<TarStream>,
+        user: Option<&str>,
+    ) -> Result<Collected, SandboxError> {
+        let exec_id = self.create_exec_as(argv, stdin.is_some(), user).await?;
         let started = self
             .docker()
             .start_exec(&exec_id, None)
@@ -583,7 +612,11 @@ impl DockerSandbox {
         let deadline = Instant::now() + request.timeout;
         let nonce = nonce();
         let exec_id = self
-            .create_exec(wrapper_argv(&cwd, &request.command, &nonce), false)
+            .create_exec_as(
+                wrapper_argv(&cwd, &request.command, &nonce),
+                false,
+                request.user.as_deref(),
+            )
             .await?;
         let started = tokio::time::timeout_at(deadline, self.docker().start_exec(&exec_id, None))
             .await
@@ -632,7 +665,7 @@ impl DockerSandbox {
         drop(output);
         if timed_out {
             if let Some(pgid) = report.report().pid {
-                self.kill_group(pgid).await;
+                self.kill_group_as(pgid, request.user.as_deref()).await;
             }
             return Ok(ExecOutput::killed_by_deadline(capture, request.timeout));
         }
@@ -692,6 +725,12 @@ impl DockerSandbox {
     }
 
     async fn kill_group(&self, pgid: i32) {
+        self.kill_group_as(pgid, None).await;
+    }
+
+    /// Kills process group `pgid` as `user` (the user it runs as: without `CAP_KILL` no other
+    /// user may signal it).
+    async fn kill_group_as(&self, pgid: i32, user: Option<&str>) {
         let argv = vec![
             "bash".into(),
             "-c".into(),
@@ -699,7 +738,10 @@ impl DockerSandbox {
             "hermes".into(),
             pgid.to_string(),
         ];
-        let killed = tokio::time::timeout(Duration::from_secs(10), self.exec_collect(argv, None));
+        let killed = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.exec_collect_as(argv, None, user),
+        );
         match killed.await {
             Ok(Ok(_)) => debug!(pgid, "timed-out command's process group killed"),
             Ok(Err(e)) => warn!("cannot kill the timed-out command: {e}"),
@@ -812,7 +854,7 @@ impl Sandbox for DockerSandbox {
     }
 
     fn workdir(&self) -> &str {
-        &self.shared.settings.workdir
+        &self.workdir
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {

@@ -1,0 +1,589 @@
+//! The `harbor` example over the Harbor tasks in `tests/harbor_tasks/` on the Docker backend:
+//! the oracle (`check`: `solution/solve.sh` as the agent) earns full reward on every task,
+//! `hack` (exploit library, an agent that does nothing, one that plants reward files) is paid
+//! nothing, a verifier that outlives `timeout_sec` is a verifier failure, `evaluate` writes
+//! Harbor's `JobResult` shape (validated by the `harbor` package's own model), and the task
+//! templates shipped in the `harbor` wheel parse here as Harbor parses them. Needs the Docker
+//! daemon; the fixture tasks build on `hermes-env/python` (built offline by
+//! `sandbox-images/build` when missing), tagged here as the base image they name.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::docker::{containers_of, require_docker, IMAGE};
+use serde_json::Value;
+
+/// The base image the fixture tasks' Dockerfiles and `docker_image` name.
+const BASE: &str = "hermes-harbor-fixture/base:bookworm";
+
+/// Upper bound of one run (image builds included).
+const RUN_LIMIT: Duration = Duration::from_secs(540);
+
+const TASKS: [&str; 8] = [
+    "apt-pip-build",
+    "healthcheck",
+    "multi-metric",
+    "no-internet",
+    "prebuilt-image",
+    "verifier-env-user",
+    "verifier-timeout",
+    "web-service",
+];
+
+fn tasks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/harbor_tasks")
+}
+
+/// The Docker image and the fixtures' base tag.
+fn require_base() {
+    require_docker();
+    let out = Command::new("docker")
+        .args(["tag", IMAGE, BASE])
+        .output()
+        .expect("run docker tag");
+    assert!(
+        out.status.success(),
+        "docker tag {IMAGE} {BASE}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs the example in `dir` with `args`; returns its pid and output, bounded by [`RUN_LIMIT`].
+fn run(dir: &Path, args: &[&str]) -> (u32, Output) {
+    let mut child = Command::new(common::example_bin("harbor"))
+        .args(args)
+        .current_dir(dir)
+        .env("TMPDIR", dir)
+        .env_remove("OPENAI_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the example");
+    let pid = child.id();
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("harbor {args:?} did not finish within {RUN_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (pid, child.wait_with_output().expect("output"))
+}
+
+/// The process flags every run here uses: the fixtures, Docker, and a bridge network for the
+/// run (so `allow_internet = false` is the task's own doing).
+fn flags(tasks: &Path) -> Vec<String> {
+    [
+        "--env.tasks_dir",
+        tasks.to_str().unwrap(),
+        "--env.terminal_backend",
+        "docker",
+        "--env.container_network",
+        "bridge",
+        "--env.use_wandb",
+        "false",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!("{}: {e}", path.display());
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_oracle_earns_full_reward_on_every_task() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--table", "--json"];
+    args.push(report.to_str().unwrap());
+    let fl = flags(&tasks_dir());
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stdout.contains("check: 8 items, 8 passed, 0 failed"),
+        "{stdout}"
+    );
+    for task in TASKS {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(task) && l.ends_with("pass")),
+            "no passing table line for {task}:\n{stdout}"
+        );
+    }
+    let doc = read_json(&report);
+    let names: BTreeSet<&str> = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!(i["reward"], 1.0, "{i}");
+            i["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(names, BTreeSet::from(TASKS));
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn hack_pays_nothing_and_an_idle_or_planting_agent_earns_zero() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let exploits = tmp.path().join("exploits.json");
+    std::fs::write(
+        &exploits,
+        serde_json::json!([
+            {"name": "do-nothing", "category": "baseline", "commands": ["true"]},
+            {"name": "plant-reward", "category": "reward-file", "commands": [
+                "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && \
+                 echo '{\"reward\": 1}' > /logs/verifier/reward.json"
+            ]},
+            {"name": "plant-reward-later", "category": "reward-file", "commands": [
+                "nohup setsid sh -c 'while :; do mkdir -p /logs/verifier; \
+                 echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' >/dev/null 2>&1 & echo started"
+            ]}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let report = tmp.path().join("hack.json");
+    let mut args = vec!["hack", "--limit", "0", "--exploits"];
+    args.push(exploits.to_str().unwrap());
+    args.extend(["--json", report.to_str().unwrap()]);
+    let fl = flags(&tasks_dir());
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("0 paid above 0"), "{stdout}");
+    let doc = read_json(&report);
+    let rows = doc["rows"].as_array().unwrap();
+    for task in TASKS {
+        let of = |exploit: &str| {
+            rows.iter()
+                .find(|r| r["item"].as_str().unwrap().ends_with(task) && r["exploit"] == exploit)
+                .unwrap_or_else(|| panic!("no row for {task} × {exploit}"))
+        };
+        // Doing nothing is a scored 0, as is a reward file planted during the agent phase
+        // (wiped before the tests run).
+        for exploit in ["do-nothing", "plant-reward"] {
+            let row = of(exploit);
+            assert_eq!(
+                (row["reward"].as_f64(), row["outcome"]["kind"].as_str()),
+                (Some(0.0), Some("scored")),
+                "{task} × {exploit}: {row}"
+            );
+        }
+        // A process left writing reward files holds no listening socket: killed before the
+        // tests, and the process wire fires.
+        assert_eq!(
+            of("plant-reward-later")["outcome"]["kind"],
+            "tampered",
+            "{task}"
+        );
+        assert!(
+            rows.iter()
+                .filter(|r| r["item"].as_str().unwrap().ends_with(task))
+                .count()
+                > 10,
+            "the exploit library ran against {task}"
+        );
+    }
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn a_verifier_that_outlives_its_timeout_is_a_verifier_failure() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let exploits = tmp.path().join("exploits.json");
+    // The right answer, plus the file that makes the tests sleep past timeout_sec = 8 after
+    // writing reward 1: the run has no verdict, so no reward.
+    std::fs::write(
+        &exploits,
+        serde_json::json!([{"name": "slow-tests", "category": "verifier-run", "commands": [
+            "printf harbor | sha256sum | cut -d' ' -f1 > /app/digest.txt && touch /app/slow"
+        ]}])
+        .to_string(),
+    )
+    .unwrap();
+    let report = tmp.path().join("hack.json");
+    let mut args = vec!["hack", "--limit", "0", "--only", "slow-tests", "--exploits"];
+    args.push(exploits.to_str().unwrap());
+    args.extend(["--json", report.to_str().unwrap()]);
+    let fl = flags(&tasks_dir().join("verifier-timeout"));
+    args.extend(fl.iter().map(String::as_str));
+    let (_, out) = run(tmp.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let doc = read_json(&report);
+    let row = &doc["rows"][0];
+    assert_eq!(row["outcome"]["kind"], "verifier_failure", "{row}");
+    assert!(
+        row["outcome"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timeout_sec = 8"),
+        "{row}"
+    );
+}
+
+#[test]
+fn evaluate_writes_harbors_job_result_and_every_metric() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let evals = tmp.path().join("evals");
+    let mut args = vec!["evaluate", "--testing", "true"];
+    let fl = flags(&tasks_dir());
+    args.extend(fl.iter().map(String::as_str));
+    args.extend(["--env.data_dir_to_save_evals", evals.to_str().unwrap()]);
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let metrics = read_json(&evals.join("metrics.json"));
+    let all = &metrics["results"]["all"];
+    assert_eq!(all["eval/pass_rate"], 1.0, "{all}");
+    assert_eq!(all["eval/total_tasks"], 8.0, "{all}");
+    assert_eq!(all["eval/reward/multi-metric/correctness"], 1.0, "{all}");
+    assert_eq!(all["eval/reward/multi-metric/docstring"], 1.0, "{all}");
+    let samples = std::fs::read_to_string(evals.join("samples.jsonl")).unwrap();
+    assert_eq!(samples.lines().count(), 8, "{samples}");
+    let multi: Value = samples
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|s| s["item"]["task_name"] == "multi-metric")
+        .expect("a multi-metric sample");
+    assert_eq!(
+        multi["item"]["rewards"],
+        serde_json::json!({"reward": 1.0, "correctness": 1.0, "docstring": 1.0}),
+        "every metric in the sample"
+    );
+
+    let result = evals.join("harbor_result.json");
+    let doc = read_json(&result);
+    let stats = &doc["stats"]["evals"]["hermes-env__harbor_tasks"];
+    assert_eq!(stats["n_trials"], 8, "{doc}");
+    assert_eq!(stats["metrics"][0]["mean"], 1.0, "{doc}");
+    assert_eq!(
+        stats["reward_stats"]["correctness"]["1.0"][0],
+        "multi-metric"
+    );
+    // Harbor's own model reads it.
+    let python = common::harbor_python();
+    let check = Command::new(python)
+        .args([
+            "-c",
+            "import sys, pathlib; from harbor.models.job.result import JobResult; \
+             r = JobResult.model_validate_json(pathlib.Path(sys.argv[1]).read_text()); \
+             e = r.stats.evals['hermes-env__harbor_tasks']; \
+             assert e.n_trials == 8 and e.n_errors == 0, e; \
+             assert e.reward_stats['reward'][1.0], e.reward_stats; print('ok')",
+            result.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "harbor's JobResult rejects {}:\n{}",
+        result.display(),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn bad_task_files_and_missing_images_are_one_clear_line() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("set/broken");
+    std::fs::create_dir_all(broken.join("tests")).unwrap();
+    std::fs::write(
+        broken.join("task.toml"),
+        "[verifier]\ntimeout_sec = 60\n[agent\n",
+    )
+    .unwrap();
+    let fl = flags(&tmp.path().join("set"));
+    let mut args = vec!["check", "--limit", "0"];
+    args.extend(fl.iter().map(String::as_str));
+    let (_, out) = run(tmp.path(), &args);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = format!("{}:3", broken.join("task.toml").display());
+    assert!(stderr.contains(&line), "no `{line}` in:\n{stderr}");
+
+    std::fs::remove_dir_all(&broken).unwrap();
+    let absent = tmp.path().join("set/absent");
+    std::fs::create_dir_all(absent.join("tests")).unwrap();
+    std::fs::write(
+        absent.join("task.toml"),
+        "[environment]\ndocker_image = \"registry.invalid/hermes-absent:1\"\n",
+    )
+    .unwrap();
+    std::fs::write(absent.join("instruction.md"), "Nothing.\n").unwrap();
+    std::fs::write(
+        absent.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let (_, out) = run(tmp.path(), &args);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("registry.invalid/hermes-absent:1"))
+        .unwrap_or_else(|| panic!("no line names the image:\n{stderr}"));
+    assert!(
+        line.contains("docker pull registry.invalid/hermes-absent:1")
+            && line.contains("docker load"),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_task_templates_in_the_harbor_wheel_parse_as_harbor_parses_them() {
+    let python = common::harbor_python();
+    // Every task.toml the installed package ships, with the fields Harbor's TaskConfig reads.
+    let out = Command::new(&python)
+        .args([
+            "-c",
+            r#"
+import json, pathlib, harbor
+from harbor.models.task.config import TaskConfig
+root = pathlib.Path(harbor.__file__).parent
+rows = []
+for p in sorted(root.rglob("task.toml")):
+    # The adapter template holds placeholders its adapter fills in per task; rendered so.
+    text = p.read_text().replace("{{ADAPTER_ID}}", "example").replace("{task_id}", "task-0")
+    c = TaskConfig.model_validate_toml(text)
+    e = c.environment
+    rows.append({"path": str(p), "text": text, "dir_has_instruction": (p.parent / "instruction.md").is_file(),
+        "verifier_timeout": c.verifier.timeout_sec, "agent_timeout": c.agent.timeout_sec,
+        "build_timeout": e.build_timeout_sec, "docker_image": e.docker_image,
+        "workdir": e.workdir, "network": e.network_mode.value, "cpus": e.cpus,
+        "memory_mb": e.memory_mb, "verifier_env": c.verifier.env})
+print(json.dumps(rows))
+"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rows.len() >= 4, "templates found: {rows:?}");
+    let mut loaded = 0;
+    for row in &rows {
+        let path = PathBuf::from(row["path"].as_str().unwrap());
+        let c = hermes_env::harbor::TaskConfig::parse(row["text"].as_str().unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let e = &c.environment;
+        let network = match e.network() {
+            Ok(hermes_env::harbor::Network::Public) => "public",
+            Ok(hermes_env::harbor::Network::None) => "no-network",
+            Err(e) => panic!("{}: {e}", path.display()),
+        };
+        let ours = serde_json::json!({
+            "path": row["path"], "text": row["text"],
+            "dir_has_instruction": row["dir_has_instruction"],
+            "verifier_timeout": c.verifier.timeout_sec, "agent_timeout": c.agent.timeout_sec,
+            "build_timeout": e.build_timeout_sec, "docker_image": e.docker_image,
+            "workdir": e.workdir, "network": network, "cpus": e.cpus.map(|c| c as i64),
+            "memory_mb": e.memory_mb, "verifier_env": c.verifier.env,
+        });
+        assert_eq!(&ours, row, "{}", path.display());
+        // The whole directory, as the example loads it.
+        if row["dir_has_instruction"] == true {
+            hermes_env::harbor::load_task(path.parent().unwrap())
+                .unwrap_or_else(|e| panic!("{e}"))
+                .expect("a task");
+            loaded += 1;
+        } else {
+            println!(
+                "skipped loading {} as a task: it has no instruction.md (Harbor's `analyze`, \
+                 `check` and `annotate` commands render it at run time for an LLM agent)",
+                path.parent().unwrap().display()
+            );
+        }
+    }
+    assert!(
+        loaded >= 2,
+        "task templates with an instruction loaded: {loaded}"
+    );
+}
+
+#[test]
+fn terminal_bench_2_rows_unpack_into_the_same_runner() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    // Two fixture tasks as upstream Hermes's rows: base64 gzipped tarballs of environment/ and
+    // tests/, test.sh as text, the prebuilt image named.
+    let rows = tmp.path().join("tb2.jsonl");
+    let script = r#"
+import base64, io, json, pathlib, sys, tarfile
+root = pathlib.Path(sys.argv[1])
+def tarball(d):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for p in sorted(d.rglob("*")):
+            t.add(p, arcname=str(p.relative_to(d)), recursive=False)
+    return base64.b64encode(buf.getvalue()).decode()
+out = []
+for name, image in [("web-service", None), ("multi-metric", None), ("prebuilt-image", sys.argv[3])]:
+    d = root / name
+    row = {"task_name": name, "category": "tb2", "instruction": (d / "instruction.md").read_text(),
+           "docker_image": image, "tests_tar": tarball(d / "tests"),
+           "test_sh": (d / "tests/test.sh").read_text()}
+    if (d / "environment").is_dir():
+        row["environment_tar"] = tarball(d / "environment")
+    out.append(json.dumps(row))
+pathlib.Path(sys.argv[2]).write_text("\n".join(out) + "\n")
+"#;
+    let made = Command::new("python3")
+        .args([
+            "-c",
+            script,
+            tasks_dir().to_str().unwrap(),
+            rows.to_str().unwrap(),
+            BASE,
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let exploits = tmp.path().join("exploits.json");
+    let solve = |task: &str| {
+        std::fs::read_to_string(tasks_dir().join(task).join("solution/solve.sh")).unwrap()
+    };
+    std::fs::write(
+        &exploits,
+        serde_json::json!([
+            {"name": "do-nothing", "category": "baseline", "commands": ["true"]},
+            {"name": "both-solutions", "category": "oracle", "commands": [
+                solve("web-service"), solve("multi-metric")
+            ]}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let unpacked = tmp.path().join("unpacked");
+    let report = tmp.path().join("hack.json");
+    let args = [
+        "hack",
+        "--limit",
+        "0",
+        "--max-score",
+        "1",
+        "--only",
+        "do-nothing,both-solutions",
+        "--exploits",
+        exploits.to_str().unwrap(),
+        "--json",
+        report.to_str().unwrap(),
+        "--env.dataset_name",
+        rows.to_str().unwrap(),
+        "--env.unpack_dir",
+        unpacked.to_str().unwrap(),
+        "--env.terminal_backend",
+        "docker",
+        "--env.container_network",
+        "bridge",
+    ];
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        unpacked
+            .join("prebuilt-image/tests/.hidden/expected.txt")
+            .is_file()
+            && unpacked
+                .join("web-service/environment/Dockerfile")
+                .is_file(),
+        "the rows unpack into Harbor task directories"
+    );
+    let doc = read_json(&report);
+    let rows = doc["rows"].as_array().unwrap();
+    // prebuilt-image's tests insist on the workdir its task.toml names, which rows do not
+    // carry: it runs from the image's WORKDIR and earns 0 either way.
+    for (task, solved) in [
+        ("web-service", 1.0),
+        ("multi-metric", 1.0),
+        ("prebuilt-image", 0.0),
+    ] {
+        for (exploit, want) in [("do-nothing", 0.0), ("both-solutions", solved)] {
+            let row = rows
+                .iter()
+                .find(|r| r["item"].as_str().unwrap().ends_with(task) && r["exploit"] == exploit)
+                .unwrap_or_else(|| panic!("no row for {task} × {exploit}: {doc}"));
+            assert_eq!(
+                row["reward"].as_f64(),
+                Some(want),
+                "{task} × {exploit}: {row}"
+            );
+        }
+    }
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn an_unhealthy_environment_is_a_sandbox_failure_before_the_agent_runs() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("set/unhealthy");
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::create_dir_all(task.join("solution")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[environment]\ndocker_image = \"{BASE}\"\n[environment.healthcheck]\n\
+             command = \"test -f /etc/never-there\"\ninterval_sec = 0.2\nretries = 2\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(task.join("instruction.md"), "Create /tmp/x.\n").unwrap();
+    std::fs::write(task.join("solution/solve.sh"), "touch /tmp/x\n").unwrap();
+    std::fs::write(
+        task.join("tests/test.sh"),
+        "if [ -f /tmp/x ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--json", report.to_str().unwrap()];
+    let fl = flags(&tmp.path().join("set"));
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(!out.status.success(), "{}", text(&out));
+    let doc = read_json(&report);
+    let item = &doc["items"][0];
+    assert_eq!(item["outcome"]["kind"], "sandbox_failure", "{item}");
+    assert!(
+        item["outcome"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("healthcheck `test -f /etc/never-there` failed 2 time(s)"),
+        "{item}"
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}

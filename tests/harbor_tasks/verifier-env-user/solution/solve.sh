@@ -1,0 +1,2 @@
+#!/bin/bash
+echo teal > /app/color.txt
