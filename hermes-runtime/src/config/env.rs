@@ -196,9 +196,18 @@ config_section! {
         /// Pre-started sandbox containers kept ready per image (0 = create on demand).
         #[range(0, 100_000)]
         sandbox_pool_size: i64 = 0,
-        /// Sandbox container creations in flight at once.
+        /// Sandbox container creations in flight at once, per Docker host; more wait their turn (one INFO line when they wait long).
         #[range(1, 100_000)]
         sandbox_create_concurrency: i64 = 8,
+        /// Exec creations and starts (a shell, a one-shot command, a helper) in flight at once, per Docker host; more wait, and a command's timeout starts once it is sent.
+        #[range(1, 100_000)]
+        sandbox_exec_concurrency: i64 = 32,
+        /// Archive requests (file uploads, downloads, stats) in flight at once, per Docker host; more wait their turn.
+        #[range(1, 100_000)]
+        sandbox_archive_concurrency: i64 = 16,
+        /// Daemon filesystem diffs (the tripwires' fallback where the container's storage cannot be read) in flight at once, per Docker host.
+        #[range(1, 100_000)]
+        sandbox_diff_concurrency: i64 = 4,
         /// Sandbox container creations started per second (0 = unlimited).
         #[range(0, 1_000_000)]
         sandbox_create_rate: f64 = 20.0,

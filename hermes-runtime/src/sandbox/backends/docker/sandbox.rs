@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
+use super::budget::{Lane, Slot};
 use super::storage::{say_falling_back, UpperDir};
 use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
@@ -309,6 +310,31 @@ impl DockerSandbox {
             .any(|m| abs == m || abs.starts_with(&format!("{m}/")))
     }
 
+    /// A slot in one of the daemon's request lanes (waits while the lane is full; nothing
+    /// times out meanwhile).
+    async fn slot(&self, lane: Lane) -> Result<Slot, SandboxError> {
+        self.shared.lanes.slot(lane).await
+    }
+
+    /// Creates and starts an attached exec; the caller's `slot` in the exec lane covers both
+    /// requests and is given back once the exec runs.
+    async fn launch(
+        &self,
+        slot: Slot,
+        argv: Vec<String>,
+        stdin: bool,
+    ) -> Result<(String, StartExecResults), SandboxError> {
+        let exec_id = self.create_exec(argv, stdin).await?;
+        let started = self
+            .docker()
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
+        Ok((exec_id, started))
+    }
+
+    /// Creates an exec (the caller holds a slot in the exec lane).
     async fn create_exec(&self, argv: Vec<String>, stdin: bool) -> Result<String, SandboxError> {
         let config = ExecConfig {
             attach_stdin: Some(stdin),
@@ -350,12 +376,18 @@ impl DockerSandbox {
         argv: Vec<String>,
         stdin: Option<TarStream>,
     ) -> Result<Collected, SandboxError> {
-        let exec_id = self.create_exec(argv, stdin.is_some()).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        self.exec_collect_in(slot, argv, stdin).await
+    }
+
+    /// [`DockerSandbox::exec_collect`] with its slot in the exec lane already held.
+    async fn exec_collect_in(
+        &self,
+        slot: Slot,
+        argv: Vec<String>,
+        stdin: Option<TarStream>,
+    ) -> Result<Collected, SandboxError> {
+        let (exec_id, started) = self.launch(slot, argv, stdin.is_some()).await?;
         let StartExecResults::Attached {
             mut output,
             mut input,
@@ -423,6 +455,9 @@ impl DockerSandbox {
     /// A tar stream of `abs` (its root entry named after the last path component).
     async fn get_tar(&self, abs: &str) -> Result<ByteStream, SandboxError> {
         if !self.on_tmpfs(abs) {
+            // The slot is held by the stream: the download is in flight until it is read or
+            // dropped.
+            let slot = self.slot(Lane::Archive).await?;
             let options = DownloadFromContainerOptions {
                 path: abs.to_owned(),
             };
@@ -430,7 +465,10 @@ impl DockerSandbox {
             let stream = self
                 .docker()
                 .download_from_container(self.name(), Some(options))
-                .map(move |item| item.map_err(|e| archive_error(&name, &path, e)));
+                .map(move |item| {
+                    let _in_flight = &slot;
+                    item.map_err(|e| archive_error(&name, &path, e))
+                });
             return Ok(Box::pin(stream));
         }
         let base = abs.rsplit('/').next().unwrap_or("").to_owned();
@@ -443,17 +481,14 @@ impl DockerSandbox {
             parent_of(abs),
             base,
         ];
-        let exec_id = self.create_exec(argv, false).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        let (exec_id, started) = self.launch(slot, argv, false).await?;
         let StartExecResults::Attached { mut output, .. } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
         let (tx, rx) = mpsc::channel::<Result<Bytes, SandboxError>>(8);
         let docker = self.docker().clone();
+        let shared = Arc::clone(&self.shared);
         let (name, path) = (self.name().to_owned(), abs.to_owned());
         let user = self.shared.settings.user.clone();
         tokio::spawn(async move {
@@ -465,7 +500,7 @@ impl DockerSandbox {
                     item = output.next() => item,
                     () = tx.closed() => {
                         drop(output);
-                        kill_abandoned(&docker, &name, user, &err).await;
+                        kill_abandoned(&shared, &name, user, &err).await;
                         return;
                     }
                 };
@@ -474,7 +509,7 @@ impl DockerSandbox {
                     Ok(LogOutput::StdOut { message }) => {
                         if tx.send(Ok(message)).await.is_err() {
                             drop(output);
-                            kill_abandoned(&docker, &name, user, &err).await;
+                            kill_abandoned(&shared, &name, user, &err).await;
                             return;
                         }
                     }
@@ -530,6 +565,7 @@ impl DockerSandbox {
             }
             return Ok(done.packed);
         }
+        let slot = self.slot(Lane::Archive).await?;
         let (stream, done) = tar.into_parts();
         let options = UploadToContainerOptions {
             path: "/".into(),
@@ -539,6 +575,7 @@ impl DockerSandbox {
             .docker()
             .upload_to_container(self.name(), Some(options), bollard::body_try_stream(stream))
             .await;
+        drop(slot);
         let packed = done
             .await
             .map_err(|e| SandboxError::worker("packing thread", e))?;
@@ -558,11 +595,13 @@ impl DockerSandbox {
         let options = ContainerArchiveInfoOptions {
             path: abs.to_owned(),
         };
-        match self
+        let slot = self.slot(Lane::Archive).await?;
+        let stat = self
             .docker()
             .get_container_archive_info(self.name(), Some(options))
-            .await
-        {
+            .await;
+        drop(slot);
+        match stat {
             Ok(stat) => Ok(Some((
                 stat.file_mode & 0o7777,
                 stat.file_mode & (1 << 31) != 0,
@@ -580,6 +619,9 @@ impl DockerSandbox {
         cwd: String,
         request: ExecRequest,
     ) -> Result<ExecOutput, SandboxError> {
+        // The command's timeout starts once its requests are sent: a wait for a slot in the
+        // exec lane (a busy daemon) counts toward nothing.
+        let slot = self.slot(Lane::Exec).await?;
         let deadline = Instant::now() + request.timeout;
         let nonce = nonce();
         let exec_id = self
@@ -589,6 +631,7 @@ impl DockerSandbox {
             .await
             .map_err(|_| SandboxError::Daemon("starting the command timed out".into()))?
             .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
         let StartExecResults::Attached { mut output, .. } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
@@ -674,12 +717,8 @@ impl DockerSandbox {
             format!("/dev/shm/.hermes-cwd-{id}"),
             format!("/tmp/.hermes-cwd-{id}"),
         ];
-        let exec_id = self.create_exec(shell_argv(&state), true).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        let (exec_id, started) = self.launch(slot, shell_argv(&state), true).await?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
@@ -699,7 +738,15 @@ impl DockerSandbox {
             "hermes".into(),
             pgid.to_string(),
         ];
-        let killed = tokio::time::timeout(Duration::from_secs(10), self.exec_collect(argv, None));
+        // The 10 s start once the kill is sent, not while it waits for a slot.
+        let slot = match self.slot(Lane::Exec).await {
+            Ok(slot) => slot,
+            Err(e) => return warn!("cannot kill the timed-out command: {e}"),
+        };
+        let killed = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.exec_collect_in(slot, argv, None),
+        );
         match killed.await {
             Ok(Ok(_)) => debug!(pgid, "timed-out command's process group killed"),
             Ok(Err(e)) => warn!("cannot kill the timed-out command: {e}"),
@@ -771,7 +818,8 @@ async fn probe_upper(
 
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
-async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
+async fn kill_abandoned(shared: &Shared, container: &str, user: Option<String>, stderr: &[u8]) {
+    let docker = &shared.docker;
     let text = String::from_utf8_lossy(stderr);
     let Some(pid) = text
         .lines()
@@ -784,6 +832,9 @@ async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, 
         cmd: Some(vec!["kill".into(), "-KILL".into(), pid.to_string()]),
         user,
         ..Default::default()
+    };
+    let Ok(_slot) = shared.lanes.slot(Lane::Exec).await else {
+        return;
     };
     let kill = async {
         let created = docker.create_exec(container, config).await?;
@@ -994,11 +1045,13 @@ impl Sandbox for DockerSandbox {
                 )),
             };
         }
+        let slot = self.slot(Lane::Changes).await?;
         let changes = self
             .docker()
             .container_changes(self.name())
             .await
             .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
         Ok(Some(
             changes
                 .unwrap_or_default()
