@@ -8,6 +8,9 @@
 //! Without the lane (`--env.sandbox_exec_concurrency` as large as the run) the same requests
 //! queue inside the daemon, where the verifier's timeout runs: its `pytest` run is never started
 //! in time and the attempt fails as a sandbox failure that is re-run.
+//!
+//! Also: rollouts waiting for a place on a full host hold no tool permit (they did, and a run
+//! with fewer permits than waiting rollouts never ended).
 
 mod common;
 
@@ -131,6 +134,9 @@ async fn pump(
     tokio::join!(up, down);
 }
 
+/// One run at a time: the first test's timing is the point, and the machine has 2 cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Run {
     ok: bool,
     log: String,
@@ -140,7 +146,8 @@ struct Run {
     took: Duration,
 }
 
-async fn run_swe_pytest(slow: &SlowDaemon, dir: &Path, exec_slots: &str) -> Run {
+/// Runs `swe_pytest --testing` (one group of `rollouts`) in `dir` with `extra` flags.
+async fn run_swe_pytest(dir: &Path, rollouts: usize, extra: &[&str]) -> Run {
     let log_path = dir.join("run.log");
     let log_file = std::fs::File::create(&log_path).expect("log file");
     let mut child = tokio::process::Command::new(example_bin("swe_pytest"))
@@ -158,14 +165,9 @@ async fn run_swe_pytest(slow: &SlowDaemon, dir: &Path, exec_slots: &str) -> Run 
             "--env.total_steps",
             "1",
             "--env.group_size",
-            &ROLLOUTS.to_string(),
-            "--env.verify_timeout",
-            VERIFY_TIMEOUT,
-            "--env.sandbox_exec_concurrency",
-            exec_slots,
-            "--env.docker_host",
-            &slow.host(),
+            &rollouts.to_string(),
         ])
+        .args(extra)
         .stdout(log_file.try_clone().expect("log file"))
         .stderr(log_file)
         .kill_on_drop(true)
@@ -217,11 +219,21 @@ async fn run_swe_pytest(slow: &SlowDaemon, dir: &Path, exec_slots: &str) -> Run 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollouts_wait_for_a_slow_daemon_and_finish_without_a_failed_attempt() {
+    let _serial = SERIAL.lock().await;
     require_docker();
     let dir = tempfile::tempdir().unwrap();
     let slow = SlowDaemon::start(dir.path());
     // One exec in flight at a time, as many as the slow daemon handles.
-    let run = run_swe_pytest(&slow, dir.path(), "1").await;
+    let host = slow.host();
+    let flags = [
+        "--env.verify_timeout",
+        VERIFY_TIMEOUT,
+        "--env.sandbox_exec_concurrency",
+        "1",
+        "--env.docker_host",
+        &host,
+    ];
+    let run = run_swe_pytest(dir.path(), ROLLOUTS, &flags).await;
     let log = &run.log;
     assert!(run.ok, "the run failed:\n{log}");
     assert_eq!(
@@ -259,5 +271,34 @@ async fn rollouts_wait_for_a_slow_daemon_and_finish_without_a_failed_attempt() {
         said[0].contains("--env.sandbox_exec_concurrency") && said[0].contains("INFO"),
         "{}",
         said[0]
+    );
+}
+
+/// Rollouts waiting for a place on a full host (`--env.max_containers_per_host`) hold no tool
+/// permit: with 2 places and 2 permits, 8 rollouts of a group take turns. (When a rollout took
+/// its permit first and then waited for a place, the waiting rollouts held both permits and the
+/// two with places waited for a permit: the run never ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollouts_waiting_for_a_place_hold_no_tool_permit() {
+    let _serial = SERIAL.lock().await;
+    require_docker();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--env.docker_hosts",
+        "[\"unix:///var/run/docker.sock\"]",
+        "--env.max_containers_per_host",
+        "2",
+        "--env.tool_pool_size",
+        "2",
+    ];
+    let run = run_swe_pytest(dir.path(), 8, &flags).await;
+    let log = &run.log;
+    assert!(run.ok, "the run failed:\n{log}");
+    assert_eq!(run.failed_attempts, Some(0), "{log}");
+    assert_eq!(run.scores, vec![1.0; 8], "{log}");
+    assert!(
+        run.left.is_empty(),
+        "containers left behind: {:?}",
+        run.left
     );
 }
