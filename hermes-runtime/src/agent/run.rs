@@ -374,6 +374,17 @@ impl Dispatcher<'_> {
             user_task,
         };
         let started = Instant::now();
+        if self.tools.get(name).is_some_and(|t| t.uses_sandbox()) && !self.sandbox.is_created() {
+            // Made before the tool takes a permit: a rollout waiting for a place on a full
+            // Docker host while holding a permit would hold up the rollouts that have one (a
+            // deadlock once every permit waits for a place).
+            if let Err(e) = self.sandbox.get().await {
+                let shown =
+                    to_python_string(&json!({"error": format!("Error executing {name}: {e}")}));
+                record(e.to_string(), &shown);
+                return shown;
+            }
+        }
         let outcome = {
             let _permit = self
                 .tool_permits

@@ -198,9 +198,18 @@ config_section! {
         /// Pre-started sandbox containers kept ready per image (0 = create on demand).
         #[range(0, 100_000)]
         sandbox_pool_size: i64 = 0,
-        /// Sandbox container creations in flight at once.
+        /// Sandbox container creations in flight at once, per Docker host; more wait their turn (one INFO line when they wait long).
         #[range(1, 100_000)]
         sandbox_create_concurrency: i64 = 8,
+        /// Exec creations and starts (a shell, a one-shot command, a helper) in flight at once, per Docker host; more wait, and a command's timeout starts once it is sent.
+        #[range(1, 100_000)]
+        sandbox_exec_concurrency: i64 = 32,
+        /// Archive requests (file uploads, downloads, stats) in flight at once, per Docker host; more wait their turn.
+        #[range(1, 100_000)]
+        sandbox_archive_concurrency: i64 = 16,
+        /// Daemon filesystem diffs (the tripwires' fallback where the container's storage cannot be read) in flight at once, per Docker host.
+        #[range(1, 100_000)]
+        sandbox_diff_concurrency: i64 = 4,
         /// Sandbox container creations started per second (0 = unlimited).
         #[range(0, 1_000_000)]
         sandbox_create_rate: f64 = 20.0,
@@ -264,7 +273,7 @@ config_section! {
         web_base_url: Option<String> = None,
         /// Docker daemons sandboxes are spread over, e.g. ["unix:///var/run/docker.sock", "tcp://10.0.0.2:2375", "tcp://10.0.0.3:2376?tls=/certs/b", "ssh://ci@builder-3"]; null = the one daemon of docker_host.
         docker_hosts: Option<Vec<String>> = None,
-        /// Sandboxes alive at once on each of the docker_hosts (0 = the daemon's memory divided by container_memory_mb, at least its CPU count; no limit when container_memory_mb is 0).
+        /// Sandboxes alive at once on each Docker host, rollouts waiting for a place (with docker_hosts, 0 = the daemon's memory divided by container_memory_mb, at least its CPU count, no limit when container_memory_mb is 0; with one daemon, 0 = no limit).
         #[range(0, 1_000_000)]
         max_containers_per_host: i64 = 0,
         /// MCP servers whose tools are offered next to the built-in ones, e.g. [{"name": "files", "command": "python3", "args": ["server.py"], "env": ["PATH"]}, {"name": "search", "url": "http://127.0.0.1:8000/mcp", "headers_from_env": {"Authorization": "SEARCH_AUTH"}}]: tools `mcp__<name>__<tool>`, toolset `<name>`; a stdio child gets only the listed environment; a server failure fails the rollout (never a reward). Started once per run, stopped at its end.

@@ -98,6 +98,10 @@ impl Tool for ReadFileTool {
         "file"
     }
 
+    fn uses_sandbox(&self) -> bool {
+        true
+    }
+
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value {
         let Some(path) = args.get("path").and_then(Value::as_str) else {
             return json!({"error": "path must be a string"});
@@ -151,6 +155,10 @@ impl Tool for WriteFileTool {
 
     fn toolset(&self) -> &'static str {
         "file"
+    }
+
+    fn uses_sandbox(&self) -> bool {
+        true
     }
 
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value {

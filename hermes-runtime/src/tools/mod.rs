@@ -66,6 +66,14 @@ pub trait Tool: Send + Sync {
     fn max_result_chars(&self) -> Option<usize> {
         None
     }
+    /// Whether the tool works in the rollout's sandbox: the agent loop then makes the sandbox
+    /// before the call takes one of the `--env.tool_pool_size` permits, so a rollout waiting
+    /// for a sandbox (a full Docker host) never holds a permit a rollout with a sandbox needs.
+    /// Default `false`: a tool that uses the sandbox anyway still gets it, made under its
+    /// permit.
+    fn uses_sandbox(&self) -> bool {
+        false
+    }
     /// Runs the tool. Failures are results (`{"error": …}`), never panics or `Err`.
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value;
 }

@@ -497,6 +497,10 @@ impl Tool for PatchTool {
         "file"
     }
 
+    fn uses_sandbox(&self) -> bool {
+        true
+    }
+
     fn max_result_chars(&self) -> Option<usize> {
         Some(100_000)
     }

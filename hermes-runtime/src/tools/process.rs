@@ -295,6 +295,10 @@ impl Tool for ProcessTool {
         "terminal"
     }
 
+    fn uses_sandbox(&self) -> bool {
+        true
+    }
+
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value {
         let action = args.get("action").and_then(Value::as_str).unwrap_or("");
         let id = args

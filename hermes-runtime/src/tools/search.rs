@@ -273,6 +273,10 @@ impl Tool for SearchFilesTool {
         "file"
     }
 
+    fn uses_sandbox(&self) -> bool {
+        true
+    }
+
     fn max_result_chars(&self) -> Option<usize> {
         Some(100_000)
     }

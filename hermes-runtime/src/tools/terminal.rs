@@ -41,6 +41,10 @@ impl Tool for TerminalTool {
         "terminal"
     }
 
+    fn uses_sandbox(&self) -> bool {
+        true
+    }
+
     fn max_result_chars(&self) -> Option<usize> {
         Some(100_000)
     }

@@ -129,6 +129,10 @@ impl<A: DeserializeOwned + Send + 'static> Tool for TypedTool<A> {
         self.toolset
     }
 
+    fn uses_sandbox(&self) -> bool {
+        self.needs_sandbox
+    }
+
     async fn call(&self, args: Map<String, Value>, cx: &ToolCallContext<'_>) -> Value {
         let args: A = match serde_json::from_value(Value::Object(args)) {
             Ok(a) => a,

@@ -97,7 +97,17 @@ async fn docker_backend(
     env: &HermesEnvConfig,
     name: &str,
 ) -> anyhow::Result<Arc<dyn SandboxProvider>> {
-    let settings = DockerSettings::from_config(env, name);
+    let mut settings = DockerSettings::from_config(env, name);
+    if settings.hosts.is_empty() && settings.max_per_host > 0 {
+        // One daemon with a cap on its live sandboxes: placed as a fleet of one host, whose
+        // rollouts wait for a place.
+        let one = settings
+            .host
+            .clone()
+            .or_else(|| std::env::var("DOCKER_HOST").ok())
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
+        settings.hosts = vec![one];
+    }
     if !settings.hosts.is_empty() {
         let hosts = DockerHosts::connect(settings).await?;
         for docker in hosts.dockers() {

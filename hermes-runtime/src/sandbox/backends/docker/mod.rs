@@ -1,10 +1,12 @@
 //! The Docker backend (bollard, API version negotiated with the daemon): one hardened,
 //! labelled container per task id whose idle process is a sleep of the sandbox's lifetime (the
 //! daemon stops and removes it then, whatever happens to this process) and one exec per
-//! command; creation bounded by a semaphore and a rate; an optional pool of pre-started
+//! command; the daemon's requests bounded per kind (creation, exec, archive, diff: see
+//! `budget.rs`) and creation by a rate; an optional pool of pre-started
 //! containers; a lease per run that tells reapers the run is alive and a watchdog process that
 //! cleans up after a killed run; files moved through the archive (tar) endpoints.
 
+mod budget;
 mod hosts;
 mod lease;
 mod lifecycle;
@@ -23,13 +25,15 @@ use async_trait::async_trait;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptions;
 use bollard::Docker;
-use tokio::sync::{Mutex as AsyncMutex, OnceCell, Semaphore};
+use tokio::sync::{Mutex as AsyncMutex, OnceCell};
 use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
 use crate::config::HermesEnvConfig;
 use crate::sandbox::api::{ContainerOverrides, Sandbox, SandboxProvider, SandboxSpec};
 use crate::sandbox::error::SandboxError;
+pub use budget::Budgets;
+use budget::{DaemonLanes, Lane};
 pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
 use lifecycle::{register, register_daemon, unregister, ContainerGuard};
@@ -73,6 +77,12 @@ pub struct DockerSettings {
     pub pool_size: usize,
     /// Container creations in flight at once.
     pub create_concurrency: usize,
+    /// Exec creations and starts in flight at once (a command's run is not counted).
+    pub exec_concurrency: usize,
+    /// Archive uploads, downloads and stats in flight at once.
+    pub archive_concurrency: usize,
+    /// Daemon filesystem diffs in flight at once.
+    pub diff_concurrency: usize,
     /// Container creations started per second (0 = unlimited).
     pub create_rate: f64,
     /// Longest life of a sandbox from the moment its task gets it: the daemon stops and
@@ -125,6 +135,9 @@ impl DockerSettings {
             cap_add: c.container_cap_add.clone(),
             pool_size: c.sandbox_pool_size.max(0) as usize,
             create_concurrency: c.sandbox_create_concurrency.max(1) as usize,
+            exec_concurrency: c.sandbox_exec_concurrency.max(1) as usize,
+            archive_concurrency: c.sandbox_archive_concurrency.max(1) as usize,
+            diff_concurrency: c.sandbox_diff_concurrency.max(1) as usize,
             create_rate: c.sandbox_create_rate.max(0.0),
             lifetime: Duration::from_secs(c.terminal_lifetime.max(1) as u64),
             reap_interval: (c.sandbox_reap_interval > 0.0)
@@ -133,6 +146,16 @@ impl DockerSettings {
             hosts: c.docker_hosts.clone().unwrap_or_default(),
             max_per_host: c.max_containers_per_host.max(0) as usize,
             change_source: ChangeSource::default(),
+        }
+    }
+
+    /// The budgets of the daemon's request lanes.
+    pub fn budgets(&self) -> Budgets {
+        Budgets {
+            create: self.create_concurrency,
+            exec: self.exec_concurrency,
+            archive: self.archive_concurrency,
+            changes: self.diff_concurrency,
         }
     }
 
@@ -245,7 +268,8 @@ pub(crate) struct Shared {
     settings: DockerSettings,
     owner: Owner,
     lease: OnceCell<Lease>,
-    permits: Semaphore,
+    /// The daemon's requests in flight, bounded per kind.
+    lanes: DaemonLanes,
     rate: RateLimiter,
     _reaper: Option<reaper::Periodic>,
 }
@@ -272,7 +296,7 @@ impl Shared {
     }
 
     /// Creates and starts a container whose idle process sleeps for `life` (bounded by the
-    /// semaphore and the rate). The name is registered before the create call and the guard
+    /// creation lane and the rate). The name is registered before the create call and the guard
     /// made right after it, so a failure anywhere later removes the container; the start
     /// follows the create at once.
     async fn start_container(
@@ -283,11 +307,7 @@ impl Shared {
         over: &ContainerOverrides,
     ) -> Result<Container, SandboxError> {
         self.ensure_lease(image).await?;
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| SandboxError::Create("the provider is shutting down".into()))?;
+        let _slot = self.lanes.slot(Lane::Create).await?;
         self.rate.wait().await;
         let short: String = task
             .chars()
@@ -384,6 +404,7 @@ impl DockerProvider {
         register_daemon(&endpoint);
         let owner = Owner::new_run();
         watchdog::spawn(&owner.run_id, &endpoint);
+        let lanes = DaemonLanes::new(&endpoint.host, settings.budgets());
         let shared = Arc::new(Shared {
             _reaper: settings
                 .reap_interval
@@ -392,7 +413,7 @@ impl DockerProvider {
             endpoint,
             owner,
             lease: OnceCell::new(),
-            permits: Semaphore::new(settings.create_concurrency.max(1)),
+            lanes,
             rate: RateLimiter::new(settings.create_rate),
             settings,
         });

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
+use super::budget::{Lane, Slot};
 use super::storage::{say_falling_back, UpperDir};
 use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
@@ -316,11 +317,33 @@ impl DockerSandbox {
             .any(|m| abs == m || abs.starts_with(&format!("{m}/")))
     }
 
-    async fn create_exec(&self, argv: Vec<String>, stdin: bool) -> Result<String, SandboxError> {
-        self.create_exec_as(argv, stdin, None).await
+    /// A slot in one of the daemon's request lanes (waits while the lane is full; nothing
+    /// times out meanwhile).
+    async fn slot(&self, lane: Lane) -> Result<Slot, SandboxError> {
+        self.shared.lanes.slot(lane).await
     }
 
-    /// [`Self::create_exec`] as `user` (`None` = the settings' user).
+    /// Creates and starts an attached exec; the caller's `slot` in the exec lane covers both
+    /// requests and is given back once the exec runs.
+    async fn launch(
+        &self,
+        slot: Slot,
+        argv: Vec<String>,
+        stdin: bool,
+        user: Option<&str>,
+    ) -> Result<(String, StartExecResults), SandboxError> {
+        let exec_id = self.create_exec_as(argv, stdin, user).await?;
+        let started = self
+            .docker()
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
+        Ok((exec_id, started))
+    }
+
+    /// Creates an exec as `user` (`None` = the settings' user); the caller holds a slot in
+    /// the exec lane.
     async fn create_exec_as(
         &self,
         argv: Vec<String>,
@@ -379,12 +402,19 @@ impl DockerSandbox {
         stdin: Option<TarStream>,
         user: Option<&str>,
     ) -> Result<Collected, SandboxError> {
-        let exec_id = self.create_exec_as(argv, stdin.is_some(), user).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        self.exec_collect_in(slot, argv, stdin, user).await
+    }
+
+    /// [`DockerSandbox::exec_collect_as`] with its slot in the exec lane already held.
+    async fn exec_collect_in(
+        &self,
+        slot: Slot,
+        argv: Vec<String>,
+        stdin: Option<TarStream>,
+        user: Option<&str>,
+    ) -> Result<Collected, SandboxError> {
+        let (exec_id, started) = self.launch(slot, argv, stdin.is_some(), user).await?;
         let StartExecResults::Attached {
             mut output,
             mut input,
@@ -452,6 +482,9 @@ impl DockerSandbox {
     /// A tar stream of `abs` (its root entry named after the last path component).
     async fn get_tar(&self, abs: &str) -> Result<ByteStream, SandboxError> {
         if !self.on_tmpfs(abs) {
+            // The slot is held by the stream: the download is in flight until it is read or
+            // dropped.
+            let slot = self.slot(Lane::Archive).await?;
             let options = DownloadFromContainerOptions {
                 path: abs.to_owned(),
             };
@@ -459,7 +492,10 @@ impl DockerSandbox {
             let stream = self
                 .docker()
                 .download_from_container(self.name(), Some(options))
-                .map(move |item| item.map_err(|e| archive_error(&name, &path, e)));
+                .map(move |item| {
+                    let _in_flight = &slot;
+                    item.map_err(|e| archive_error(&name, &path, e))
+                });
             return Ok(Box::pin(stream));
         }
         let base = abs.rsplit('/').next().unwrap_or("").to_owned();
@@ -472,17 +508,14 @@ impl DockerSandbox {
             parent_of(abs),
             base,
         ];
-        let exec_id = self.create_exec(argv, false).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        let (exec_id, started) = self.launch(slot, argv, false, None).await?;
         let StartExecResults::Attached { mut output, .. } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
         let (tx, rx) = mpsc::channel::<Result<Bytes, SandboxError>>(8);
         let docker = self.docker().clone();
+        let shared = Arc::clone(&self.shared);
         let (name, path) = (self.name().to_owned(), abs.to_owned());
         let user = self.shared.settings.user.clone();
         tokio::spawn(async move {
@@ -494,7 +527,7 @@ impl DockerSandbox {
                     item = output.next() => item,
                     () = tx.closed() => {
                         drop(output);
-                        kill_abandoned(&docker, &name, user, &err).await;
+                        kill_abandoned(&shared, &name, user, &err).await;
                         return;
                     }
                 };
@@ -503,7 +536,7 @@ impl DockerSandbox {
                     Ok(LogOutput::StdOut { message }) => {
                         if tx.send(Ok(message)).await.is_err() {
                             drop(output);
-                            kill_abandoned(&docker, &name, user, &err).await;
+                            kill_abandoned(&shared, &name, user, &err).await;
                             return;
                         }
                     }
@@ -559,6 +592,7 @@ impl DockerSandbox {
             }
             return Ok(done.packed);
         }
+        let slot = self.slot(Lane::Archive).await?;
         let (stream, done) = tar.into_parts();
         let options = UploadToContainerOptions {
             path: "/".into(),
@@ -568,6 +602,7 @@ impl DockerSandbox {
             .docker()
             .upload_to_container(self.name(), Some(options), bollard::body_try_stream(stream))
             .await;
+        drop(slot);
         let packed = done
             .await
             .map_err(|e| SandboxError::worker("packing thread", e))?;
@@ -587,11 +622,13 @@ impl DockerSandbox {
         let options = ContainerArchiveInfoOptions {
             path: abs.to_owned(),
         };
-        match self
+        let slot = self.slot(Lane::Archive).await?;
+        let stat = self
             .docker()
             .get_container_archive_info(self.name(), Some(options))
-            .await
-        {
+            .await;
+        drop(slot);
+        match stat {
             Ok(stat) => Ok(Some((
                 stat.file_mode & 0o7777,
                 stat.file_mode & (1 << 31) != 0,
@@ -609,6 +646,9 @@ impl DockerSandbox {
         cwd: String,
         request: ExecRequest,
     ) -> Result<ExecOutput, SandboxError> {
+        // The command's timeout starts once its requests are sent: a wait for a slot in the
+        // exec lane (a busy daemon) counts toward nothing.
+        let slot = self.slot(Lane::Exec).await?;
         let deadline = Instant::now() + request.timeout;
         let nonce = nonce();
         let exec_id = self
@@ -622,6 +662,7 @@ impl DockerSandbox {
             .await
             .map_err(|_| SandboxError::Daemon("starting the command timed out".into()))?
             .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
         let StartExecResults::Attached { mut output, .. } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
@@ -707,12 +748,8 @@ impl DockerSandbox {
             format!("/dev/shm/.hermes-cwd-{id}"),
             format!("/tmp/.hermes-cwd-{id}"),
         ];
-        let exec_id = self.create_exec(shell_argv(&state), true).await?;
-        let started = self
-            .docker()
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(|e| container_error(self.name(), e))?;
+        let slot = self.slot(Lane::Exec).await?;
+        let (exec_id, started) = self.launch(slot, shell_argv(&state), true, None).await?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
@@ -738,9 +775,14 @@ impl DockerSandbox {
             "hermes".into(),
             pgid.to_string(),
         ];
+        // The 10 s start once the kill is sent, not while it waits for a slot.
+        let slot = match self.slot(Lane::Exec).await {
+            Ok(slot) => slot,
+            Err(e) => return warn!("cannot kill the timed-out command: {e}"),
+        };
         let killed = tokio::time::timeout(
             Duration::from_secs(10),
-            self.exec_collect_as(argv, None, user),
+            self.exec_collect_in(slot, argv, None, user),
         );
         match killed.await {
             Ok(Ok(_)) => debug!(pgid, "timed-out command's process group killed"),
@@ -813,7 +855,8 @@ async fn probe_upper(
 
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
-async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, stderr: &[u8]) {
+async fn kill_abandoned(shared: &Shared, container: &str, user: Option<String>, stderr: &[u8]) {
+    let docker = &shared.docker;
     let text = String::from_utf8_lossy(stderr);
     let Some(pid) = text
         .lines()
@@ -826,6 +869,9 @@ async fn kill_abandoned(docker: &Docker, container: &str, user: Option<String>, 
         cmd: Some(vec!["kill".into(), "-KILL".into(), pid.to_string()]),
         user,
         ..Default::default()
+    };
+    let Ok(_slot) = shared.lanes.slot(Lane::Exec).await else {
+        return;
     };
     let kill = async {
         let created = docker.create_exec(container, config).await?;
@@ -1036,11 +1082,13 @@ impl Sandbox for DockerSandbox {
                 )),
             };
         }
+        let slot = self.slot(Lane::Changes).await?;
         let changes = self
             .docker()
             .container_changes(self.name())
             .await
             .map_err(|e| container_error(self.name(), e))?;
+        drop(slot);
         Ok(Some(
             changes
                 .unwrap_or_default()
