@@ -1,6 +1,8 @@
 //! Extra Docker daemons a test starts itself (each with its own data root, exec root,
-//! containerd namespace, unix socket and loopback TCP port, no bridge and no iptables rules, so
-//! it never touches the main daemon's containers), loaded with the sandbox image. A test that
+//! containerd namespace, unix socket and loopback TCP port, a bridge of its own and no iptables
+//! rules, so it never touches the main daemon's containers or network), loaded with the sandbox
+//! image. Not `--bridge none`: a daemon started so deletes the host's `docker0`, which the main
+//! daemon's bridge-networked containers need. A test that
 //! cannot start one fails with the daemon's log. Dropping a [`Dockerd`] stops its daemon and
 //! deletes its directories.
 
@@ -19,6 +21,8 @@ pub struct Dockerd {
     dir: PathBuf,
     exec_root: PathBuf,
     namespace: String,
+    /// Its own bridge (`hd<port>`), made before it starts and deleted with it.
+    bridge: String,
     /// Server certificates when the TCP endpoint speaks TLS (see [`Dockerd::start_tls`]).
     tls: Option<PathBuf>,
     child: Option<Child>,
@@ -56,7 +60,9 @@ impl Dockerd {
             ),
             None => format!("tcp://127.0.0.1:{port}"),
         };
+        let bridge = make_bridge(port);
         let mut d = Dockerd {
+            bridge,
             tls,
             host,
             socket: format!("unix://{}/sock", dir.display()),
@@ -99,7 +105,7 @@ impl Dockerd {
             .arg(self.dir.join("pid"))
             .args(["-H", &self.socket, "-H", self.tcp()])
             .args(self.tls_args())
-            .args(["--bridge", "none", "--iptables=false"])
+            .args(["--bridge", &self.bridge, "--iptables=false"])
             .args(["--containerd-namespace", &self.namespace])
             .args([
                 "--containerd-plugins-namespace",
@@ -255,7 +261,38 @@ impl Drop for Dockerd {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         let _ = std::fs::remove_dir_all(&self.exec_root);
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
     }
+}
+
+/// Makes the bridge `hd<port>` with a free `10.214.N.1/24` (the extra daemon's containers'
+/// network), up.
+fn make_bridge(port: u16) -> String {
+    let name = format!("hd{port}");
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("this test needs `ip` (iproute2): {e}"));
+        assert!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let _ = Command::new("ip").args(["link", "del", &name]).output();
+    let used = ip(&["-o", "-4", "addr", "show"]);
+    let n = (0..=255u8)
+        .find(|n| !used.contains(&format!(" 10.214.{n}.")))
+        .expect("every 10.214.N.0/24 is in use");
+    ip(&["link", "add", &name, "type", "bridge"]);
+    ip(&["addr", "add", &format!("10.214.{n}.1/24"), "dev", &name]);
+    ip(&["link", "set", &name, "up"]);
+    name
 }
 
 /// A CA, a server certificate for 127.0.0.1 (in `dir/server`) and a client certificate (in
