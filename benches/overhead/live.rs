@@ -223,7 +223,7 @@ async fn level(n: usize, url: &str, server_pid: u32) -> anyhow::Result<()> {
     let rt = Runtime::builder(
         Arc::clone(&config),
         LlmClient::new(&servers, 8, RetryPolicy::default())?,
-        Arc::new(LocalProvider::new()?.confined(!std::env::args().any(|a| a == "--unconfined"))),
+        Arc::new(LocalProvider::new()?.confined(std::env::args().any(|a| a == "--confined"))),
         tools,
     )
     .build();
