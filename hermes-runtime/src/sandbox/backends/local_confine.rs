@@ -16,6 +16,7 @@
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use landlock::{
@@ -23,7 +24,8 @@ use landlock::{
     RulesetCreatedAttr, Scope, ABI,
 };
 use tokio::process::Command;
-use tracing::{info, warn};
+
+use tracing::{debug, info, warn};
 
 use super::local_reaper;
 
@@ -146,7 +148,8 @@ impl Confiner {
             .and_then(|_| match self.ruleset(writable, files) {
                 Ok(fd) => fd,
                 Err(e) => {
-                    warn!("local sandbox {name}: cannot build its Landlock rules ({e}); its commands run unconfined");
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    say_once(&SAID, format!("local sandbox {name}: cannot build its Landlock rules ({e}); its commands run unconfined"));
                     None
                 }
             });
@@ -154,7 +157,8 @@ impl Confiner {
             match SandboxCgroup::make(&run.join(cgroup_name(name))) {
                 Ok(cg) => Some(cg),
                 Err(e) => {
-                    warn!("local sandbox {name}: cannot make its cgroup ({e}); its processes are found by their environment only");
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    say_once(&SAID, format!("local sandbox {name}: cannot make its cgroup ({e}); its processes are found by their environment only"));
                     None
                 }
             }
@@ -267,6 +271,16 @@ impl Domain {
         if let Some(cgroup) = &self.cgroup {
             cgroup.kill();
         }
+    }
+}
+
+/// A warning the first time in a run, then at debug: a failure that repeats for every sandbox
+/// is one line, not a storm.
+fn say_once(said: &AtomicBool, message: String) {
+    if said.swap(true, Ordering::Relaxed) {
+        debug!("{message}");
+    } else {
+        warn!("{message} (later sandboxes: RUST_LOG=hermes_runtime=debug)");
     }
 }
 
