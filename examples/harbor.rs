@@ -43,6 +43,22 @@ pub struct HarborItem {
     task: Arc<HarborTask>,
     #[serde(skip)]
     spec: SandboxSpec,
+    #[serde(skip)]
+    verifier: Arc<harbor::VerifierPlan>,
+    /// Where its commands run (a multi-step task's step files go there).
+    #[serde(skip)]
+    workdir: String,
+}
+
+/// A multi-step rollout's progress, kept between its `next_step` calls and `compute_reward`.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The step the agent is on.
+    step: usize,
+    /// The verified steps' metrics.
+    rewards: Vec<Rewards>,
+    /// A step missed its `min_reward`: the later steps do not run.
+    stopped: bool,
 }
 
 /// Each task's last verification: its metrics, or why it had no verdict.
@@ -104,6 +120,8 @@ pub struct Harbor {
     tasks: Vec<HarborItem>,
     next: usize,
     verdicts: Verdicts,
+    /// Multi-step rollouts under way, by task id.
+    progress: Mutex<BTreeMap<String, Progress>>,
     /// Tasks that could not start (image missing, unsupported), with the reason.
     stopped: BTreeMap<String, String>,
 }
@@ -149,7 +167,10 @@ impl Harbor {
         verdicts: Verdicts,
     ) -> Result<HarborItem> {
         let image = builder.resolve(&task, force).await?;
+        let verifier = harbor::plan_verifier(builder, &task, &image, force).await?;
         Ok(HarborItem {
+            verifier: Arc::new(verifier),
+            workdir: harbor::task_workdir(&task, &image),
             rewards: TaskVerdict {
                 task: task.name.clone(),
                 all: verdicts,
@@ -201,15 +222,6 @@ impl Harbor {
                     self.stopped.insert(task.name.clone(), why);
                 }
                 None => {
-                    let agent = &task.config.agent;
-                    if agent.user.is_some() || agent.timeout_sec.is_some() {
-                        eprintln!(
-                            "harbor: task {}: [agent] user and timeout_sec are not applied per \
-                             task (the agent runs as --env.container_user, bounded by \
-                             --env.rollout_timeout)",
-                            task.name
-                        );
-                    }
                     let name = task.name.clone();
                     let item = Self::item(&builder, task, self.force_build, self.verdicts.clone());
                     pending.push(async move { (name, item.await) });
@@ -241,7 +253,47 @@ impl Harbor {
     }
 
     fn format_prompt(&self, item: &HarborItem) -> String {
-        item.instruction.clone()
+        match item.task.steps.first() {
+            Some(first) => first.instruction.clone().unwrap_or_default(),
+            None => item.instruction.clone(),
+        }
+    }
+
+    /// A multi-step task: verifies the step just done, then readies the next one and gives
+    /// its instruction (none after the last step, or once a step missed its `min_reward`).
+    async fn next_step(
+        &self,
+        item: &HarborItem,
+        _run: &AgentResult,
+        ctx: &ToolContext,
+    ) -> Result<Option<String>> {
+        let steps = &item.task.steps;
+        let done = self.step_of(ctx);
+        let Some(next) = steps.get(done + 1) else {
+            return Ok(None);
+        };
+        let rewards = harbor::verify(&item.task, &item.verifier, steps.get(done), ctx).await?;
+        let unmet = steps[done]
+            .config
+            .min_reward
+            .as_ref()
+            .and_then(|m| m.unmet(&rewards));
+        {
+            let mut all = self.progress.lock().expect("lock poisoned");
+            let progress = all.entry(ctx.task_id().to_owned()).or_default();
+            progress.rewards.push(rewards);
+            if let Some(why) = unmet {
+                eprintln!(
+                    "harbor: task {}: step {} {why}: the remaining steps do not run",
+                    item.task_name, steps[done].config.name
+                );
+                progress.stopped = true;
+                return Ok(None);
+            }
+            progress.step = done + 1;
+        }
+        harbor::prepare_step(&item.task, next, &item.workdir, ctx).await?;
+        Ok(next.instruction.clone())
     }
 
     async fn compute_reward(
@@ -250,9 +302,7 @@ impl Harbor {
         _run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<f64> {
-        let verdict = harbor::verify(&item.task, ctx)
-            .await
-            .map_err(|e| e.to_string());
+        let verdict = self.verdict(item, ctx).await.map_err(|e| e.to_string());
         let picked = verdict.as_ref().map_err(Clone::clone).and_then(|m| {
             m.get(&self.reward_metric).copied().ok_or_else(|| {
                 format!(
@@ -311,24 +361,72 @@ impl Harbor {
     }
 
     fn reference_solution(&self, item: &HarborItem) -> Option<ReferenceSolution> {
-        item.task.solution.as_ref()?;
         let mut exports = String::new();
         for (k, v) in &item.task.config.solution.env {
             let v = harbor::resolve_env(v).ok()?;
             exports.push_str(&format!("export {k}='{}'; ", v.replace('\'', r"'\''")));
         }
-        // The whole solution/ directory, as Harbor uploads it to /solution.
-        let archive = solution_archive(&item.task.dir.join("solution")).ok()?;
-        let command = format!(
-            "mkdir -p /solution && echo {} | base64 -d | tar -x -C /solution && {exports}bash /solution/solve.sh",
-            base64(&archive)
-        );
-        Some(
-            ReferenceSolution::new()
+        if item.task.steps.is_empty() {
+            item.task.solution.as_ref()?;
+            let command = solve_command(&item.task.dir.join("solution"), &exports)?;
+            return Some(
+                ReferenceSolution::new()
+                    .tool("terminal", json!({ "command": command }))
+                    .answer(format!("Done: {}.", item.task_name)),
+            );
+        }
+        // One phase per step: its solution, then the answer that ends the step.
+        let mut solution = ReferenceSolution::new();
+        for step in &item.task.steps {
+            let command = solve_command(&step.solution_dir(), &exports)?;
+            solution = solution
                 .tool("terminal", json!({ "command": command }))
-                .answer(format!("Done: {}.", item.task_name)),
-        )
+                .answer(format!("Done: {} / {}.", item.task_name, step.config.name));
+        }
+        Some(solution)
     }
+}
+
+impl Harbor {
+    /// The step the rollout `ctx` belongs to is on (0 before its first step ends).
+    fn step_of(&self, ctx: &ToolContext) -> usize {
+        let all = self.progress.lock().expect("lock poisoned");
+        all.get(ctx.task_id()).map_or(0, |p| p.step)
+    }
+
+    /// The rollout's metrics: its verification, or for a multi-step task its last step's
+    /// (unless a step before missed its `min_reward`) taken together with the others'.
+    async fn verdict(&self, item: &HarborItem, ctx: &ToolContext) -> Result<Rewards> {
+        let task = &item.task;
+        if task.steps.is_empty() {
+            return Ok(harbor::verify(task, &item.verifier, None, ctx).await?);
+        }
+        let mut progress = self
+            .progress
+            .lock()
+            .expect("lock poisoned")
+            .remove(ctx.task_id())
+            .unwrap_or_default();
+        if !progress.stopped {
+            let step = task.steps.get(progress.step);
+            progress
+                .rewards
+                .push(harbor::verify(task, &item.verifier, step, ctx).await?);
+        }
+        Ok(harbor::aggregate(task, &progress.rewards))
+    }
+}
+
+/// The command that unpacks `dir` (a `solution/` directory) where Harbor uploads it,
+/// `/solution` (a temporary directory when the task's agent user may not make /solution),
+/// and runs its `solve.sh` with the `[solution] env` in `exports`.
+fn solve_command(dir: &std::path::Path, exports: &str) -> Option<String> {
+    let archive = solution_archive(dir).ok()?;
+    Some(format!(
+        "d=/solution; rm -rf $d 2>/dev/null; {{ mkdir -p $d && [ -w $d ]; }} 2>/dev/null || d=$(mktemp -d); \
+         echo {} | base64 -d | tar -x -C $d && {exports}bash $d/solve.sh",
+        base64(&archive)
+    ))
 }
 
 /// Harbor's `JobResult` (result.json of a job) for this evaluation: one trial per task, agent

@@ -35,7 +35,7 @@ pub use hermes_runtime::agent::{AgentResult, ToolError};
 pub use hermes_runtime::config::{
     DefaultServer, EvalHandling, HermesEnvConfig, McpServer, ServerType,
 };
-pub use hermes_runtime::context::{TerminalOutput, ToolContext};
+pub use hermes_runtime::context::{Companion, TerminalOutput, ToolContext};
 pub use hermes_runtime::env::{
     Checkpoint, EnvDefinition, Environment, EvalSample, GroupRollout, Metrics, ReferenceSolution,
     ReferenceTurn, RewardOutcome, ScoredGroup, ScoredRollout,
@@ -56,7 +56,8 @@ pub mod data {
 pub mod sandbox {
     pub use hermes_runtime::sandbox::{
         ContainerOverrides, ExecOutput, ExecRequest, LeftoverKill, LeftoverRules, OwnProcess,
-        ReadyCheck, Sandbox, SandboxError, SandboxSpec, Survivor, TaskSandbox, Transfer,
+        ReadyCheck, Sandbox, SandboxError, SandboxSpec, SetupCommand, Survivor, TaskSandbox,
+        Transfer,
     };
 }
 
@@ -64,9 +65,10 @@ pub mod sandbox {
 /// `tests/`) as items: loading, images, the sandbox spec, verification.
 pub mod harbor {
     pub use hermes_runtime::harbor::{
-        image::base_images, load_task, load_tasks, resolve_env, reward, sandbox_spec, task, tb2,
-        verify, HarborError, HarborTask, ImageBuilder, Network, Rewards, TaskConfig, TaskImage,
-        TESTS_DIR, VERIFIER_DIR,
+        aggregate, image::base_images, load_task, load_tasks, plan_verifier, prepare_step,
+        resolve_env, reward, sandbox_spec, step_script, task, task_workdir, tb2, verify,
+        HarborError, HarborTask, ImageBuilder, Network, Rewards, SeparateVerifier, TaskConfig,
+        TaskImage, TaskStep, VerifierPlan, TESTS_DIR, VERIFIER_DIR,
     };
 }
 

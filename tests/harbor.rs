@@ -23,12 +23,15 @@ const BASE: &str = "hermes-harbor-fixture/base:bookworm";
 /// Upper bound of one run (image builds included).
 const RUN_LIMIT: Duration = Duration::from_secs(540);
 
-const TASKS: [&str; 8] = [
+const TASKS: [&str; 11] = [
+    "agent-user",
     "apt-pip-build",
     "healthcheck",
     "multi-metric",
+    "multi-step",
     "no-internet",
     "prebuilt-image",
+    "separate-verifier",
     "verifier-env-user",
     "verifier-timeout",
     "web-service",
@@ -121,7 +124,7 @@ fn the_oracle_earns_full_reward_on_every_task() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        stdout.contains("check: 8 items, 8 passed, 0 failed"),
+        stdout.contains("check: 11 items, 11 passed, 0 failed"),
         "{stdout}"
     );
     for task in TASKS {
@@ -262,11 +265,11 @@ fn evaluate_writes_harbors_job_result_and_every_metric() {
     let metrics = read_json(&evals.join("metrics.json"));
     let all = &metrics["results"]["all"];
     assert_eq!(all["eval/pass_rate"], 1.0, "{all}");
-    assert_eq!(all["eval/total_tasks"], 8.0, "{all}");
+    assert_eq!(all["eval/total_tasks"], TASKS.len() as f64, "{all}");
     assert_eq!(all["eval/reward/multi-metric/correctness"], 1.0, "{all}");
     assert_eq!(all["eval/reward/multi-metric/docstring"], 1.0, "{all}");
     let samples = std::fs::read_to_string(evals.join("samples.jsonl")).unwrap();
-    assert_eq!(samples.lines().count(), 8, "{samples}");
+    assert_eq!(samples.lines().count(), TASKS.len(), "{samples}");
     let multi: Value = samples
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -281,7 +284,7 @@ fn evaluate_writes_harbors_job_result_and_every_metric() {
     let result = evals.join("harbor_result.json");
     let doc = read_json(&result);
     let stats = &doc["stats"]["evals"]["hermes-env__harbor_tasks"];
-    assert_eq!(stats["n_trials"], 8, "{doc}");
+    assert_eq!(stats["n_trials"], TASKS.len(), "{doc}");
     assert_eq!(stats["metrics"][0]["mean"], 1.0, "{doc}");
     assert_eq!(
         stats["reward_stats"]["correctness"]["1.0"][0],
@@ -295,9 +298,10 @@ fn evaluate_writes_harbors_job_result_and_every_metric() {
             "import sys, pathlib; from harbor.models.job.result import JobResult; \
              r = JobResult.model_validate_json(pathlib.Path(sys.argv[1]).read_text()); \
              e = r.stats.evals['hermes-env__harbor_tasks']; \
-             assert e.n_trials == 8 and e.n_errors == 0, e; \
+             assert e.n_trials == int(sys.argv[2]) and e.n_errors == 0, e; \
              assert e.reward_stats['reward'][1.0], e.reward_stats; print('ok')",
             result.to_str().unwrap(),
+            &TASKS.len().to_string(),
         ])
         .output()
         .unwrap();
@@ -584,6 +588,277 @@ fn an_unhealthy_environment_is_a_sandbox_failure_before_the_agent_runs() {
             .unwrap()
             .contains("healthcheck `test -f /etc/never-there` failed 2 time(s)"),
         "{item}"
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+/// A copy of fixture `task` as `dir/set/<name>`, with `edit` applied to its files.
+fn copied_task(dir: &Path, task: &str, name: &str, edit: &[(&str, &str)]) -> PathBuf {
+    let set = dir.join("set");
+    std::fs::create_dir_all(&set).unwrap();
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(tasks_dir().join(task))
+        .arg(set.join(name))
+        .output()
+        .expect("run cp");
+    assert!(
+        out.status.success(),
+        "cp: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (file, text) in edit {
+        std::fs::write(set.join(name).join(file), text).unwrap();
+    }
+    set
+}
+
+#[test]
+fn an_agent_past_its_tasks_timeout_sec_is_stopped_and_not_verified() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    // agent-user's task with [agent] timeout_sec = 2 and a solution that takes 30 s: the
+    // task's own limit (not --env.rollout_timeout, 1800 s here) stops it.
+    let toml = std::fs::read_to_string(tasks_dir().join("agent-user/task.toml"))
+        .unwrap()
+        .replace("timeout_sec = 120.0", "timeout_sec = 2.0");
+    assert!(toml.contains("timeout_sec = 2.0"), "{toml}");
+    let set = copied_task(
+        tmp.path(),
+        "agent-user",
+        "agent-user",
+        &[
+            ("task.toml", &toml),
+            (
+                "solution/solve.sh",
+                "#!/bin/bash\nsleep 30\nid -un > /app/whoami.txt\n",
+            ),
+        ],
+    );
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--json", report.to_str().unwrap()];
+    let fl = flags(&set);
+    args.extend(fl.iter().map(String::as_str));
+    args.extend(["--env.terminal_timeout", "60"]);
+    let (pid, out) = run(tmp.path(), &args);
+    assert!(!out.status.success(), "{}", text(&out));
+    let item = &read_json(&report)["items"][0];
+    assert_eq!(item["outcome"]["kind"], "timeout", "{item}");
+    assert_eq!(item["outcome"]["seconds"], 2.0, "{item}");
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn a_separate_verifier_sees_only_the_artifacts_and_its_sandbox_is_removed() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let exploits = tmp.path().join("exploits.json");
+    // Right answers, but the notes directory holds a link out of itself (a host path, were it
+    // followed) and a FIFO: both are left behind, as Harbor's sanitized copy leaves them, and
+    // the rest is verified. And a reward file planted in the agent's /logs/verifier (and one
+    // in /logs/artifacts, which is carried over): the verifier's run never reads either.
+    std::fs::write(
+        &exploits,
+        serde_json::json!([
+            {"name": "link-out", "category": "artifacts", "commands": [
+                "echo 42 > /app/answer.txt && mkdir -p /app/notes && echo x > /app/notes/how.txt && ln -s /etc /app/notes/etc && mkfifo /app/notes/pipe"
+            ]},
+            {"name": "plant-in-agent", "category": "artifacts", "commands": [
+                "echo 42 > /app/answer.txt && mkdir -p /logs/verifier /logs/artifacts && echo 1 > /logs/verifier/reward.txt && echo 1 > /logs/artifacts/reward.txt"
+            ]}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let report = tmp.path().join("hack.json");
+    let mut args = vec![
+        "hack",
+        "--limit",
+        "0",
+        "--only",
+        "link-out,plant-in-agent",
+        "--exploits",
+    ];
+    args.push(exploits.to_str().unwrap());
+    args.extend(["--json", report.to_str().unwrap()]);
+    let fl = flags(&tasks_dir().join("separate-verifier"));
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    let doc = read_json(&report);
+    let rows = doc["rows"].as_array().unwrap();
+    let of = |exploit: &str| {
+        rows.iter()
+            .find(|r| r["exploit"] == exploit)
+            .unwrap_or_else(|| panic!("no row for {exploit}: {}", text(&out)))
+    };
+    let link = of("link-out");
+    assert_eq!(
+        (link["reward"].as_f64(), link["outcome"]["kind"].as_str()),
+        (Some(1.0), Some("scored")),
+        "{link}"
+    );
+    let log = text(&out);
+    assert!(
+        log.contains("not copied to the verifier: /app/notes/etc, /app/notes/pipe")
+            || log.contains("not copied to the verifier: /app/notes/pipe, /app/notes/etc"),
+        "{log}"
+    );
+    let planted = of("plant-in-agent");
+    assert_eq!(
+        (
+            planted["reward"].as_f64(),
+            planted["outcome"]["kind"].as_str()
+        ),
+        (Some(0.0), Some("scored")),
+        "{planted}"
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+#[test]
+fn a_multi_step_task_stops_at_a_missed_min_reward_and_averages_its_steps() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let wrong = "#!/bin/bash\necho nope > /app/greeting.txt\n";
+    // Step 1 wrong: min_reward = 1.0 stops the task there; its reward is step 1's, 0.
+    copied_task(
+        tmp.path(),
+        "multi-step",
+        "stops",
+        &[("steps/write/solution/solve.sh", wrong)],
+    );
+    // No min_reward and step 2 wrong: the mean of 1 and 0.
+    let toml = std::fs::read_to_string(tasks_dir().join("multi-step/task.toml"))
+        .unwrap()
+        .replace("min_reward = 1.0\n", "");
+    assert!(!toml.contains("min_reward"), "{toml}");
+    let set = copied_task(
+        tmp.path(),
+        "multi-step",
+        "averages",
+        &[
+            ("task.toml", &toml),
+            ("steps/extend/solution/solve.sh", wrong),
+        ],
+    );
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--json", report.to_str().unwrap()];
+    let fl = flags(&set);
+    args.extend(fl.iter().map(String::as_str));
+    let (pid, out) = run(tmp.path(), &args);
+    let log = text(&out);
+    let doc = read_json(&report);
+    let item = |name: &str| {
+        doc["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"].as_str().unwrap().ends_with(name))
+            .unwrap_or_else(|| panic!("no item {name}: {doc}"))
+            .clone()
+    };
+    let stops = item("stops");
+    assert_eq!(
+        (stops["reward"].as_f64(), stops["outcome"]["kind"].as_str()),
+        (Some(0.0), Some("scored")),
+        "{stops}"
+    );
+    assert!(
+        log.contains("step write reward = 0 is below min_reward 1: the remaining steps do not run"),
+        "{log}"
+    );
+    let averages = item("averages");
+    assert_eq!(
+        (
+            averages["reward"].as_f64(),
+            averages["outcome"]["kind"].as_str()
+        ),
+        (Some(0.5), Some("scored")),
+        "{averages}"
+    );
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+/// In `openenv`, the answer that ends a step (`submit`) returns the next step's instruction,
+/// not done; the last step's answer is verified and scored over both steps.
+#[test]
+fn in_openenv_a_step_answer_returns_the_next_instruction() {
+    require_base();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("server.log");
+    let mut args = vec!["openenv", "--port", "0"];
+    let fl = flags(&tasks_dir().join("multi-step"));
+    args.extend(fl.iter().map(String::as_str));
+    let mut child = Command::new(common::example_bin("harbor"))
+        .args(&args)
+        .current_dir(tmp.path())
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn harbor openenv");
+    let pid = child.id();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let Some(url) = line
+        .trim()
+        .strip_prefix("openenv listening on ")
+        .map(str::to_owned)
+    else {
+        let _ = child.kill();
+        panic!(
+            "harbor openenv did not start: {line:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    let script = format!(
+        r#"URL = {url:?}
+import asyncio, json
+from openenv.core.generic_client import GenericEnvClient
+def terminal(command):
+    return {{"type": "call_tool", "tool_name": "terminal", "arguments": {{"command": command}}}}
+async def main():
+    async with GenericEnvClient(base_url=URL) as env:
+        await env.reset()
+        await env.step(terminal("echo hello > /app/greeting.txt"))
+        mid = await env.step({{"type": "submit", "answer": "step one done"}})
+        await env.step(terminal('ls -A /tests 2>/dev/null | wc -l > /app/tests-seen.txt; echo "hello $(cat /app/data.txt)" > /app/greeting.txt'))
+        end = await env.step({{"type": "submit", "answer": "step two done"}})
+        print(json.dumps({{"mid": [mid.reward, mid.done, mid.observation["result"]],
+                          "end": [end.reward, end.done]}}))
+asyncio.run(main())
+"#
+    );
+    let out = Command::new(common::openenv_python())
+        .args(["-c", &script])
+        .output()
+        .expect("run python");
+    // SIGINT: a graceful stop, which removes what the run made (its lease included).
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let _ = child.wait();
+    let server_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "python failed:\n{}\n{}\n{server_log}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let step_two =
+        std::fs::read_to_string(tasks_dir().join("multi-step/steps/extend/instruction.md"))
+            .unwrap();
+    assert_eq!(v["mid"][0], Value::Null, "{v}");
+    assert_eq!(v["mid"][1], false, "{v}");
+    assert_eq!(v["mid"][2].as_str(), Some(step_two.as_str()), "{v}");
+    assert_eq!(
+        v["end"],
+        serde_json::json!([1.0, true]),
+        "{v}\n{server_log}"
     );
     assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
 }

@@ -176,6 +176,22 @@ pub static HOOKS: &[HookSpec] = &[
               from a checkpoint (after `setup`); an error stops the run and leaves the file as \
               it is.",
     },
+    HookSpec {
+        name: "next_step",
+        required: false,
+        is_async: true,
+        mut_self: false,
+        params: &[
+            ("item", "&Self::Item"),
+            ("run", "&::hermes_env::AgentResult"),
+            ("ctx", "&::hermes_env::ToolContext"),
+        ],
+        output: Some(result!("::core::option::Option<::std::string::String>")),
+        doc: "Called each time the agent ends, after the tripwires passed and its processes \
+              were stopped: the next instruction continues the same conversation in the same \
+              sandbox (a multi-step task), `None` goes on to `compute_reward`; an error is a \
+              verifier failure.",
+    },
 ];
 
 impl HookSpec {

@@ -850,7 +850,7 @@ mod tests {
                 "unknown hook `evalute`; did you mean `evaluate`?",
                 "unknown hook `helper`; the hooks are `setup`, `get_next_item`, `format_prompt`, `compute_reward`, \
                  `eval_items`, `evaluate`, `wandb_log`, `reference_solution`, `sandbox_spec`, `register_tools`, \
-                 `score_group`, `save_checkpoint` and `load_checkpoint` \
+                 `score_group`, `save_checkpoint`, `load_checkpoint` and `next_step` \
                  (helper fns belong in a separate `impl` block)",
                 "hook `eval_items` must be `fn eval_items(&self) -> Vec<Item>` (it takes `&mut self` instead of \
                  `&self`)",

@@ -13,7 +13,7 @@ use crate::agent::panic_message;
 use crate::atropos::json::to_python_string;
 use crate::llm::{ChatRequest, LlmClient, LlmError, Message, Split};
 use crate::sandbox::CLEAN_PREAMBLE;
-use crate::sandbox::{ExecRequest, SandboxError, TaskSandbox, Transfer};
+use crate::sandbox::{ExecRequest, SandboxError, SandboxSpec, TaskSandbox, Transfer};
 use crate::tools::{ToolCallContext, ToolSet};
 
 /// Completion token limit of [`ToolContext::judge`] (Hermes: 150).
@@ -81,6 +81,26 @@ impl std::fmt::Debug for ToolContext {
     }
 }
 
+/// A sandbox of its own beside the rollout's ([`ToolContext::companion`]): a [`ToolContext`]
+/// whose sandbox this value owns.
+#[derive(Debug)]
+pub struct Companion(ToolContext);
+
+impl std::ops::Deref for Companion {
+    type Target = ToolContext;
+
+    fn deref(&self) -> &ToolContext {
+        &self.0
+    }
+}
+
+impl Companion {
+    /// Tears the sandbox down now (a dropped companion is torn down in the background).
+    pub async fn close(self) -> Result<(), SandboxError> {
+        self.0.sandbox.close().await
+    }
+}
+
 impl ToolContext {
     /// A context over the rollout's sandbox and the tools it was offered.
     pub fn new(sandbox: Arc<TaskSandbox>, tools: Arc<ToolSet>, terminal_timeout: Duration) -> Self {
@@ -91,6 +111,22 @@ impl ToolContext {
             llm: None,
             unrunnable: OnceLock::new(),
         }
+    }
+
+    /// A second sandbox for this rollout, made from `spec` (another image, say: a verifier
+    /// environment of its own, as Harbor's separate verifier is), with the same tools and
+    /// limits. Nothing of the rollout's sandbox is in it unless copied in. Created on first
+    /// use; torn down by [`Companion::close`], or when dropped.
+    pub fn companion(&self, role: &str, spec: SandboxSpec) -> Companion {
+        let id = format!("{}-{role}", self.task_id());
+        let sandbox = TaskSandbox::new(id, self.sandbox.provider()).with_spec(spec);
+        let mut ctx = ToolContext::new(
+            Arc::new(sandbox),
+            Arc::clone(&self.tools),
+            self.terminal_timeout,
+        );
+        ctx.llm = self.llm.clone();
+        Companion(ctx)
     }
 
     /// The first reward command that could not run (see [`SandboxError::NotRunnable`]), even

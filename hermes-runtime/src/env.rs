@@ -107,6 +107,19 @@ pub trait Environment: EnvDefinition {
         let _ = checkpoint;
         Ok(())
     }
+
+    /// Called each time the agent ends, after the tripwires passed and its processes were
+    /// stopped: the next instruction continues the same conversation in the same sandbox (a
+    /// multi-step task), `None` goes on to `compute_reward`; an error is a verifier failure.
+    fn next_step(
+        &self,
+        item: &Self::Item,
+        run: &AgentResult,
+        ctx: &ToolContext,
+    ) -> impl Future<Output = anyhow::Result<Option<String>>> + Send {
+        let _ = (item, run, ctx);
+        async { Ok(None) }
+    }
 }
 
 /// The environment's own part of a `serve` checkpoint: named values, stored as JSON (upstream's
@@ -258,7 +271,9 @@ pub enum RewardOutcome {
         /// Why, one line.
         reason: String,
     },
-    /// The agent loop ran past `rollout_timeout` and was stopped: reward 0, not verified.
+    /// The agent loop ran past `rollout_timeout` (or the item's own
+    /// [`SandboxSpec::agent_timeout`](crate::sandbox::SandboxSpec::agent_timeout)) and was
+    /// stopped: reward 0, not verified.
     Timeout {
         /// The limit that expired, in seconds.
         seconds: f64,

@@ -24,6 +24,22 @@ pub struct AgentResult {
     pub turns: Vec<TurnRecord>,
 }
 
+impl AgentResult {
+    /// `earlier` continued by `next`, a later phase of the same conversation (a multi-step
+    /// task's next step): `next`'s transcript (it holds `earlier`'s), both phases' counts.
+    pub fn continued(earlier: AgentResult, next: AgentResult) -> AgentResult {
+        let mut merged = earlier;
+        merged.messages = next.messages;
+        merged.turns_used += next.turns_used;
+        merged.finished_naturally = next.finished_naturally;
+        merged.reasoning_per_turn.extend(next.reasoning_per_turn);
+        merged.tool_errors.extend(next.tool_errors);
+        merged.llm_error = next.llm_error;
+        merged.turns.extend(next.turns);
+        merged
+    }
+}
+
 /// One assistant turn's generation, as the server reported it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnRecord {

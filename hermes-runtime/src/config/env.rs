@@ -198,7 +198,7 @@ config_section! {
         /// Pre-started sandbox containers kept ready per image (0 = create on demand).
         #[range(0, 100_000)]
         sandbox_pool_size: i64 = 0,
-        /// Sandbox container creations in flight at once, per Docker host; more wait their turn (one INFO line when they wait long).
+        /// Sandbox container creations, status reads and removals in flight at once, per Docker host; more wait their turn (one INFO line when they wait long).
         #[range(1, 100_000)]
         sandbox_create_concurrency: i64 = 8,
         /// Exec creations and starts (a shell, a one-shot command, a helper) in flight at once, per Docker host; more wait, and a command's timeout starts once it is sent.

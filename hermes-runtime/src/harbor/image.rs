@@ -16,7 +16,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use super::task::HarborTask;
+use super::task::{HarborTask, VerifierEnvironment, VerifierImage};
 use super::HarborError;
 use crate::sandbox::docker::Endpoint;
 
@@ -30,6 +30,8 @@ pub struct TaskImage {
     pub tag: String,
     /// The image's `WORKDIR` (`None`: unset).
     pub workdir: Option<String>,
+    /// The image's `USER` (`None`: unset, root).
+    pub user: Option<String>,
 }
 
 /// Builds and finds task images on one daemon.
@@ -74,7 +76,11 @@ impl ImageBuilder {
                 self.ensure_present(&task.name, image).await?;
                 image.clone()
             }
-            (_, Some(dockerfile)) => self.build(task, &dockerfile).await?,
+            (_, Some(dockerfile)) => {
+                let limit = task.config.environment.build_timeout_sec;
+                self.build(task, &task.environment_dir(), &dockerfile, "", limit)
+                    .await?
+            }
             (None, None) => {
                 return Err(HarborError::Layout(format!(
                     "task {} has neither docker_image nor environment/Dockerfile",
@@ -82,15 +88,47 @@ impl ImageBuilder {
                 )))
             }
         };
-        let workdir = self
+        self.describe(tag).await
+    }
+
+    /// The image of the task's separate verifier: its `docker_image` (pulled when missing),
+    /// built from `tests/` (tagged `hermes-harbor/<task>-verifier:<hash>`), or the task's own.
+    pub async fn resolve_verifier(
+        &self,
+        task: &HarborTask,
+        verifier: &VerifierEnvironment,
+        force_build: bool,
+    ) -> Result<TaskImage, HarborError> {
+        match &verifier.image {
+            VerifierImage::Prebuilt(image) => {
+                self.ensure_present(&task.name, image).await?;
+                self.describe(image.clone()).await
+            }
+            VerifierImage::Build(dir) => {
+                let limit = verifier.config.build_timeout_sec;
+                let tag = self
+                    .build(task, dir, &dir.join("Dockerfile"), "-verifier", limit)
+                    .await?;
+                self.describe(tag).await
+            }
+            VerifierImage::Task => self.resolve(task, force_build).await,
+        }
+    }
+
+    /// `tag` with the `WORKDIR` and `USER` it declares.
+    async fn describe(&self, tag: String) -> Result<TaskImage, HarborError> {
+        let config = self
             .docker
             .inspect_image(&tag)
             .await
             .map_err(|e| HarborError::Docker(format!("inspecting {tag}: {e}")))?
             .config
-            .and_then(|c| c.working_dir)
-            .filter(|w| !w.is_empty());
-        Ok(TaskImage { tag, workdir })
+            .unwrap_or_default();
+        Ok(TaskImage {
+            tag,
+            workdir: config.working_dir.filter(|w| !w.is_empty()),
+            user: config.user.filter(|u| !u.is_empty()),
+        })
     }
 
     /// Makes sure `image` is on the daemon: present, or pulled within [`PULL_LIMIT`].
@@ -122,9 +160,17 @@ impl ImageBuilder {
         })
     }
 
-    async fn build(&self, task: &HarborTask, dockerfile: &Path) -> Result<String, HarborError> {
-        let context = task.environment_dir();
-        let archive = context_tar(&context)?;
+    /// Builds `context` (its `dockerfile`) into `hermes-harbor/<task><suffix>:<hash of the
+    /// context>`, unless that tag exists; bounded by `limit_sec`.
+    async fn build(
+        &self,
+        task: &HarborTask,
+        context: &Path,
+        dockerfile: &Path,
+        suffix: &str,
+        limit_sec: f64,
+    ) -> Result<String, HarborError> {
+        let archive = context_tar(context)?;
         let hash = hex(&Sha256::digest(&archive))[..16].to_owned();
         let name: String = task
             .name
@@ -138,7 +184,7 @@ impl ImageBuilder {
                 }
             })
             .collect();
-        let tag = format!("hermes-harbor/{name}:{hash}");
+        let tag = format!("hermes-harbor/{name}{suffix}:{hash}");
         let lock = {
             let mut map = self.building.lock().expect("lock poisoned");
             Arc::clone(map.entry(tag.clone()).or_default())
@@ -159,7 +205,7 @@ impl ImageBuilder {
             .acquire()
             .await
             .expect("the semaphore is never closed");
-        tracing::info!(task = %task.name, %tag, "building the task's image from environment/");
+        tracing::info!(task = %task.name, %tag, context = %context.display(), "building a task image");
         let options = BuildImageOptions {
             dockerfile: "Dockerfile".into(),
             t: Some(tag.clone()),
@@ -171,12 +217,7 @@ impl ImageBuilder {
             )])),
             ..Default::default()
         };
-        let limit = Duration::from_secs_f64(
-            task.config
-                .environment
-                .build_timeout_sec
-                .clamp(1.0, 86_400.0),
-        );
+        let limit = Duration::from_secs_f64(limit_sec.clamp(1.0, 86_400.0));
         let build = async {
             let mut stream =
                 self.docker

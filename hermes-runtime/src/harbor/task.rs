@@ -215,11 +215,154 @@ pub struct SolutionConfig {
     pub env: BTreeMap<String, String>,
 }
 
+/// One entry of the top-level `artifacts`: a path in the agent's container, or a table
+/// naming it as `source`. A separate verifier finds each at the same path in its own
+/// container (Harbor's `upload_artifacts`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ArtifactEntry {
+    /// A path.
+    Path(String),
+    /// `{ source = "...", destination, exclude, service }`.
+    Table {
+        /// The path in the agent's container.
+        source: String,
+        /// Where Harbor keeps it on the host (unused here).
+        #[serde(default)]
+        destination: Option<String>,
+        /// Harbor's tar `--exclude` patterns (unused here).
+        #[serde(default)]
+        exclude: Vec<String>,
+        /// A Docker Compose service (only `main`, the agent's container, runs here).
+        #[serde(default)]
+        service: Option<String>,
+    },
+}
+
+impl ArtifactEntry {
+    /// The path in the agent's container.
+    pub fn source(&self) -> &str {
+        match self {
+            ArtifactEntry::Path(p) => p,
+            ArtifactEntry::Table { source, .. } => source,
+        }
+    }
+
+    /// The Compose service it comes from, when not the agent's own container.
+    fn sidecar(&self) -> Option<&str> {
+        match self {
+            ArtifactEntry::Table {
+                service: Some(s), ..
+            } if s != "main" => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Harbor's convention directory for artifacts: always carried to a separate verifier.
+pub const ARTIFACTS_DIR: &str = "/logs/artifacts";
+
+/// Where a separate verifier's image comes from (Harbor's
+/// `resolve_verifier_environment_definition`, in its order).
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerifierImage {
+    /// `[verifier.environment] docker_image`: the tests are in the image.
+    Prebuilt(String),
+    /// `tests/Dockerfile`: built with `tests/` as its context; the tests are in the image.
+    Build(PathBuf),
+    /// The task's own image; the tests are uploaded, as for a shared verifier.
+    Task,
+}
+
+impl VerifierImage {
+    /// True when the image holds the tests (nothing is uploaded to `/tests`).
+    pub fn bundles_tests(&self) -> bool {
+        !matches!(self, VerifierImage::Task)
+    }
+}
+
+/// A separate verifier's environment: its settings and its image.
+#[derive(Debug, Clone)]
+pub struct VerifierEnvironment {
+    /// `[verifier.environment]`, else a copy of `[environment]`.
+    pub config: EnvironmentConfig,
+    /// Where its image comes from.
+    pub image: VerifierImage,
+}
+
 /// One entry of `[[steps]]`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct StepConfig {
     /// Directory name under `steps/`.
     pub name: String,
+    /// `[steps.agent]`: per-step agent settings (not supported: the task's apply).
+    #[serde(default)]
+    pub agent: Option<toml::Table>,
+    /// `[steps.verifier]`: per-step verifier settings (not supported: the task's apply).
+    #[serde(default)]
+    pub verifier: Option<toml::Table>,
+    /// The rewards this step must reach for the next steps to run.
+    #[serde(default)]
+    pub min_reward: Option<MinReward>,
+    /// Run after the step's setup, before its agent phase.
+    #[serde(default)]
+    pub healthcheck: Option<HealthcheckConfig>,
+    /// Per-step artifacts (collected by Harbor after the step; a separate verifier here gets
+    /// the task's).
+    #[serde(default)]
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+/// A step's `min_reward`: a floor for the metric `reward`, or one per named metric.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum MinReward {
+    /// A floor for `reward`.
+    Reward(f64),
+    /// A floor per metric (a missing metric fails it).
+    Each(BTreeMap<String, f64>),
+}
+
+impl MinReward {
+    /// Why `rewards` fall short of the floor(s), if they do (Harbor's rule).
+    pub fn unmet(&self, rewards: &BTreeMap<String, f64>) -> Option<String> {
+        let floors = match self {
+            MinReward::Reward(floor) => BTreeMap::from([("reward".to_owned(), *floor)]),
+            MinReward::Each(floors) => floors.clone(),
+        };
+        floors.iter().find_map(|(key, floor)| {
+            let got = rewards.get(key).copied().unwrap_or(f64::NEG_INFINITY);
+            (got < *floor).then(|| format!("{key} = {got} is below min_reward {floor}"))
+        })
+    }
+}
+
+/// One step of a multi-step task, loaded.
+#[derive(Debug, Clone)]
+pub struct TaskStep {
+    /// `[[steps]]`.
+    pub config: StepConfig,
+    /// `steps/<name>/`.
+    pub dir: PathBuf,
+    /// `steps/<name>/instruction.md` (`None`: missing).
+    pub instruction: Option<String>,
+}
+
+impl TaskStep {
+    /// `steps/<name>/tests/`: uploaded over the task's `tests/` when this step is verified.
+    pub fn tests_dir(&self) -> PathBuf {
+        self.dir.join("tests")
+    }
+
+    /// `steps/<name>/workdir/`: copied into the working directory before the step runs.
+    pub fn workdir_dir(&self) -> PathBuf {
+        self.dir.join("workdir")
+    }
+
+    /// `steps/<name>/solution/`: the step's part of the oracle.
+    pub fn solution_dir(&self) -> PathBuf {
+        self.dir.join("solution")
+    }
 }
 
 /// `task.toml`.
@@ -241,6 +384,10 @@ pub struct TaskConfig {
     pub solution: SolutionConfig,
     /// `[[steps]]`: a multi-step task.
     pub steps: Option<Vec<StepConfig>>,
+    /// How a multi-step task's reward comes from its steps': `mean` (the default) or `final`.
+    pub multi_step_reward_strategy: Option<String>,
+    /// Paths in the agent's container a separate verifier gets copies of.
+    pub artifacts: Vec<ArtifactEntry>,
 }
 
 impl TaskConfig {
@@ -272,6 +419,8 @@ pub struct HarborTask {
     pub instruction: String,
     /// `solution/solve.sh`, when present.
     pub solution: Option<String>,
+    /// The steps of a multi-step task, in order (empty: a single-step task).
+    pub steps: Vec<TaskStep>,
 }
 
 impl HarborTask {
@@ -291,14 +440,91 @@ impl HarborTask {
         self.dir.join("tests")
     }
 
+    /// The environment of a separate verifier, when the task asks for one (`None`: the tests
+    /// run in the agent's container).
+    pub fn verifier_environment(&self) -> Option<VerifierEnvironment> {
+        let verifier = &self.config.verifier;
+        if !verifier.separate() {
+            return None;
+        }
+        let own = verifier.environment.as_deref();
+        let image = match own.and_then(|e| e.docker_image.clone()) {
+            Some(image) => VerifierImage::Prebuilt(image),
+            None if self.tests_dir().join("Dockerfile").is_file() => {
+                VerifierImage::Build(self.tests_dir())
+            }
+            None => VerifierImage::Task,
+        };
+        Some(VerifierEnvironment {
+            config: own
+                .cloned()
+                .unwrap_or_else(|| self.config.environment.clone()),
+            image,
+        })
+    }
+
     /// Why this runtime cannot run the task as Harbor would, if it cannot.
     pub fn unsupported(&self) -> Option<String> {
         let c = &self.config;
-        if c.steps.as_ref().is_some_and(|s| !s.is_empty()) {
-            return Some("multi-step tasks ([[steps]]) are not supported yet".into());
+        for step in &self.steps {
+            let name = &step.config.name;
+            if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) {
+                return Some(format!("step name {name:?} is not a directory name"));
+            }
+            if step.instruction.is_none() {
+                return Some(format!("step {name} has no steps/{name}/instruction.md"));
+            }
+            if step.config.agent.as_ref().is_some_and(|t| !t.is_empty())
+                || step.config.verifier.as_ref().is_some_and(|t| !t.is_empty())
+            {
+                return Some(format!(
+                    "step {name} has its own [steps.agent] or [steps.verifier] settings (not supported: the task's apply to every step)"
+                ));
+            }
+            if !step.tests_dir().join("test.sh").is_file()
+                && !self.tests_dir().join("test.sh").is_file()
+                && self.verifier_environment().is_none()
+            {
+                return Some(format!(
+                    "step {name} has neither steps/{name}/tests/test.sh nor tests/test.sh"
+                ));
+            }
         }
-        if c.verifier.separate() {
-            return Some("a separate verifier environment is not supported yet".into());
+        match c.multi_step_reward_strategy.as_deref() {
+            None | Some("mean" | "final") => {}
+            Some(other) => {
+                return Some(format!(
+                    "multi_step_reward_strategy = {other:?} is neither mean nor final"
+                ))
+            }
+        }
+        if let Some(sidecar) = c.artifacts.iter().find_map(ArtifactEntry::sidecar) {
+            return Some(format!(
+                "its artifacts come from the Docker Compose service {sidecar:?} (Compose tasks are not supported)"
+            ));
+        }
+        match c.verifier.environment_mode.as_deref() {
+            None | Some("separate") => {}
+            Some("shared") if c.verifier.environment.is_some() => return Some(
+                "[verifier] environment_mode = \"shared\" conflicts with [verifier.environment]"
+                    .into(),
+            ),
+            Some("shared") => {}
+            Some(other) => {
+                return Some(format!(
+                    "[verifier] environment_mode = {other:?} is neither shared nor separate"
+                ))
+            }
+        }
+        if let Some(v) = self.verifier_environment() {
+            if self.tests_dir().join("docker-compose.yaml").is_file() {
+                return Some(
+                    "its verifier environment is a Docker Compose file (not supported)".into(),
+                );
+            }
+            if let Err(e) = v.config.network() {
+                return Some(format!("its verifier environment: {e}"));
+            }
         }
         if c.environment.gpus.is_some_and(|g| g > 0) {
             return Some("GPU tasks are not supported".into());
@@ -318,7 +544,10 @@ impl HarborTask {
                 "it has neither [environment] docker_image nor environment/Dockerfile".into(),
             );
         }
-        if !self.tests_dir().join("test.sh").is_file() {
+        let bundled = self
+            .verifier_environment()
+            .is_some_and(|v| v.image.bundles_tests());
+        if !bundled && self.steps.is_empty() && !self.tests_dir().join("test.sh").is_file() {
             return Some("it has no tests/test.sh".into());
         }
         None
@@ -345,7 +574,25 @@ pub fn load_task(dir: &Path) -> Result<Option<HarborTask>, HarborError> {
             Some(text.get(..s.start)?.matches('\n').count() + 1)
         }),
     })?;
-    let instruction = read(&dir.join("instruction.md"))?;
+    let mut steps = Vec::new();
+    for step in config.steps.iter().flatten() {
+        let step_dir = dir.join("steps").join(&step.name);
+        let instruction = step_dir.join("instruction.md");
+        steps.push(TaskStep {
+            config: step.clone(),
+            instruction: match instruction.is_file() && !step.name.contains(['/', '\\']) {
+                true => Some(read(&instruction)?),
+                false => None,
+            },
+            dir: step_dir,
+        });
+    }
+    // A multi-step task's instructions are its steps'.
+    let top = dir.join("instruction.md");
+    let instruction = match steps.is_empty() || top.is_file() {
+        true => read(&top)?,
+        false => String::new(),
+    };
     let solve = dir.join("solution/solve.sh");
     let solution = if solve.is_file() {
         Some(read(&solve)?)
@@ -363,6 +610,7 @@ pub fn load_task(dir: &Path) -> Result<Option<HarborTask>, HarborError> {
         config,
         instruction,
         solution,
+        steps,
     }))
 }
 

@@ -377,33 +377,59 @@ async fn run_attempt<A: EnvAccess>(
             // The conversation the group's request answered (a prompt may vary per call).
             messages = first.messages.clone();
         }
+        let limit = spec
+            .agent_timeout
+            .map_or(rt.config.rollout_timeout, |d| d.as_secs_f64());
         let sandbox =
             Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
-        let armed = Armed::now();
+        let mut armed = Armed::now();
         let clock = AgentClock::start();
-        let agent_run = run_agent(rt, split, tools, &sandbox, &clock, messages.clone(), first);
-        let limit = rt.config.rollout_timeout;
-        let (run, nodes, reward, outcome) = match within_budget(limit, &clock, agent_run).await {
-            Some((run, nodes, ending)) => {
-                let (reward, outcome) = {
-                    let env = env.read().await;
-                    settle(&*env, rt, item, &run, &ending, &sandbox, tools, &armed).await
-                };
-                (run, nodes, reward, outcome)
-            }
-            None => {
+        let (mut answered, seed) = match first {
+            Some(f) => (Some(f.response), f.seed),
+            None => (None, None),
+        };
+        let session = managed_session(rt, seed);
+        let (mut phase, mut before) = (messages.clone(), None);
+        // One agent phase per step: `next_step` may continue the conversation.
+        let (run, reward, outcome, ran) = loop {
+            let agent = Phase {
+                session: session.as_ref(),
+                answered: answered.take(),
+            };
+            let agent_run = run_agent(rt, split, tools, &sandbox, &clock, agent, phase);
+            let Some((run, ending)) = within_budget(limit, &clock, agent_run).await else {
                 warn!(
-                    "rollout stopped after rollout_timeout = {limit} s of agent time (time waiting \
-                     on inference not counted); scored 0.0"
+                    "rollout stopped after {limit} s of agent time (rollout_timeout, or the \
+                     item's own limit; time waiting on inference not counted); scored 0.0"
                 );
                 let run = AgentResult {
                     messages,
                     llm_error: Some(format!("rollout timed out after {limit} s")),
                     ..Default::default()
                 };
-                (run, None, 0.0, RewardOutcome::Timeout { seconds: limit })
+                break (run, 0.0, RewardOutcome::Timeout { seconds: limit }, false);
+            };
+            let run = match before.take() {
+                Some(earlier) => AgentResult::continued(earlier, run),
+                None => run,
+            };
+            let settled = {
+                let env = env.read().await;
+                settle(&*env, rt, item, &run, &ending, &sandbox, tools, &armed).await
+            };
+            match settled {
+                Settled::Verdict(reward, outcome) => break (run, reward, outcome, true),
+                Settled::Next(instruction) => {
+                    phase = run.messages.clone();
+                    phase.push(Message::user(instruction));
+                    // What the step's verification changed is not the agent's doing.
+                    armed = Armed::now();
+                    before = Some(run);
+                }
             }
         };
+        // A rollout cut off by its time limit has no transcript to train on.
+        let nodes = session.filter(|_| ran).map(|s| s.nodes());
         release(&sandbox).await;
         Attempt {
             rollout: ScoredRollout {
@@ -447,30 +473,42 @@ pub(crate) async fn first_messages<A: EnvAccess>(
     (messages, spec)
 }
 
-/// The agent loop over `messages`, through the Phase 2 session (whose token nodes come back)
-/// or the chat client, and how it ended; its inference calls stop `clock`. With `first`, the
-/// first turn is the group request's answer and its session continues from that answer.
+/// The rollout's Phase 2 session (continuing from the group request's `seed`), when the run
+/// has one: it spans every step of the rollout.
+fn managed_session(rt: &Runtime, seed: Option<SessionSeed>) -> Option<ManagedSession<'_>> {
+    match &rt.tokens {
+        TokenSource::Managed(phase2) => Some(match seed {
+            Some(seed) => ManagedSession::from_seed(phase2, seed),
+            None => ManagedSession::new(phase2),
+        }),
+        _ => None,
+    }
+}
+
+/// How one agent phase reaches the model.
+struct Phase<'a> {
+    /// The rollout's Phase 2 session, whose token nodes the phase extends.
+    session: Option<&'a ManagedSession<'a>>,
+    /// The group request's answer, as the phase's first turn.
+    answered: Option<Result<ChatResponse, LlmError>>,
+}
+
+/// The agent loop over `messages`, through the Phase 2 session or the chat client, and how it
+/// ended; its inference calls stop `clock`.
 async fn run_agent(
     rt: &Runtime,
     split: Split,
     tools: &Arc<ToolSet>,
     sandbox: &Arc<TaskSandbox>,
     clock: &AgentClock,
+    phase: Phase<'_>,
     messages: Vec<Message>,
-    first: Option<FirstTurn>,
-) -> (AgentResult, Option<NodeList>, Ending) {
+) -> (AgentResult, Ending) {
     let settings = rt.agent_settings(split);
-    let (answered, seed) = match first {
-        Some(f) => (Some(f.response), f.seed),
-        None => (None, None),
-    };
-    match &rt.tokens {
-        TokenSource::Managed(phase2) => {
-            let session = match seed {
-                Some(seed) => ManagedSession::from_seed(phase2, seed),
-                None => ManagedSession::new(phase2),
-            };
-            let backend = Answered::new(&session, answered);
+    let answered = phase.answered;
+    match phase.session {
+        Some(session) => {
+            let backend = Answered::new(session, answered);
             let agent = AgentLoop {
                 llm: &Metered {
                     inner: &backend,
@@ -481,10 +519,9 @@ async fn run_agent(
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            let (run, ending) = agent.run_to_end(messages).await;
-            (run, Some(session.nodes()), ending)
+            agent.run_to_end(messages).await
         }
-        _ => {
+        None => {
             let backend = Answered::new(&rt.llm, answered);
             let agent = AgentLoop {
                 llm: &Metered {
@@ -496,8 +533,7 @@ async fn run_agent(
                 tool_permits: &rt.tool_permits,
                 settings: &settings,
             };
-            let (run, ending) = agent.run_to_end(messages).await;
-            (run, None, ending)
+            agent.run_to_end(messages).await
         }
     }
 }
@@ -518,9 +554,19 @@ pub(crate) async fn release(sandbox: &TaskSandbox) {
     }
 }
 
-/// How a finished agent run ends: a failure of the LLM or the sandbox during the run, the
-/// model giving nothing to verify, a tripped wire, or the verifier's verdict (on a run that
-/// outgrew the model's context too: that is the model's outcome, like a turn-limit end).
+/// What follows an agent phase: the rollout's verdict, or the next step's instruction.
+#[derive(Debug)]
+pub(crate) enum Settled {
+    /// The reward and how it was reached.
+    Verdict(f64, RewardOutcome),
+    /// `next_step`'s instruction: the conversation goes on in the same sandbox.
+    Next(String),
+}
+
+/// How a finished agent phase ends: a failure of the LLM or the sandbox during the run, the
+/// model giving nothing to verify, a tripped wire, the next step (`next_step`), or the
+/// verifier's verdict (on a run that outgrew the model's context too: that is the model's
+/// outcome, like a turn-limit end, and no step follows it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle<E: Environment>(
     env: &E,
@@ -531,22 +577,18 @@ pub(crate) async fn settle<E: Environment>(
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
     armed: &Armed,
-) -> (f64, RewardOutcome) {
+) -> Settled {
     if let Some(message) = sandbox.tool_server_failure() {
         let message = format!("a tool server failed during the rollout: {message}");
-        return (0.0, RewardOutcome::SandboxFailure { message });
+        return Settled::Verdict(0.0, RewardOutcome::SandboxFailure { message });
     }
     if let Some(message) = sandbox.infra_failure() {
         let message = format!("sandbox failed during the rollout: {message}");
-        return (0.0, RewardOutcome::SandboxFailure { message });
+        return Settled::Verdict(0.0, RewardOutcome::SandboxFailure { message });
     }
     if let Some(message) = &run.llm_error {
-        return (
-            0.0,
-            RewardOutcome::LlmFailure {
-                message: message.clone(),
-            },
-        );
+        let message = message.clone();
+        return Settled::Verdict(0.0, RewardOutcome::LlmFailure { message });
     }
     let context_exceeded = match ending {
         Ending::ContextExceeded { message } => Some(message),
@@ -554,16 +596,21 @@ pub(crate) async fn settle<E: Environment>(
     };
     if run.has_no_agent_output() && context_exceeded.is_none() {
         let reason = "the model produced nothing to verify".to_owned();
-        return (0.0, RewardOutcome::ModelEnded { reason });
+        return Settled::Verdict(0.0, RewardOutcome::ModelEnded { reason });
     }
     if let Some(outcome) = guard_verification(sandbox, armed).await {
         let reward = match outcome {
             RewardOutcome::Tampered { .. } => rt.config.tampered_reward,
             _ => 0.0,
         };
-        return (reward, outcome);
+        return Settled::Verdict(reward, outcome);
     }
-    match (
+    if context_exceeded.is_none() {
+        if let Some(next) = next_step(env, rt, item, run, sandbox, tools).await {
+            return next;
+        }
+    }
+    let (reward, outcome) = match (
         score(env, rt, item, run, sandbox, tools).await,
         context_exceeded,
     ) {
@@ -572,7 +619,60 @@ pub(crate) async fn settle<E: Environment>(
             (reward, RewardOutcome::ContextExceeded { message })
         }
         (verdict, _) => verdict,
+    };
+    Settled::Verdict(reward, outcome)
+}
+
+/// Asks the environment for the next step: `None` when there is none (scoring follows), the
+/// next instruction, or a verifier failure (the hook failed or panicked, or one of its
+/// commands could not run).
+async fn next_step<E: Environment>(
+    env: &E,
+    rt: &Runtime,
+    item: &E::Item,
+    run: &AgentResult,
+    sandbox: &Arc<TaskSandbox>,
+    tools: &Arc<ToolSet>,
+) -> Option<Settled> {
+    let ctx = verifier_context(rt, sandbox, tools);
+    let asked = std::panic::AssertUnwindSafe(env.next_step(item, run, &ctx))
+        .catch_unwind()
+        .await;
+    let failed = |message: String| {
+        Some(Settled::Verdict(
+            0.0,
+            RewardOutcome::VerifierFailure { message },
+        ))
+    };
+    if let Some(message) = sandbox.infra_failure() {
+        let message = format!("sandbox failed while preparing the next step: {message}");
+        return Some(Settled::Verdict(
+            0.0,
+            RewardOutcome::SandboxFailure { message },
+        ));
     }
+    if let Some(message) = ctx.unrunnable_command() {
+        return failed(message.to_owned());
+    }
+    match asked {
+        Ok(Ok(next)) => next.map(Settled::Next),
+        Ok(Err(e)) => failed(format!("next_step failed: {e:#}")),
+        Err(panic) => failed(format!(
+            "next_step panicked: {}",
+            panic_message(panic.as_ref())
+        )),
+    }
+}
+
+/// The `ToolContext` the verifier's hooks get: the rollout's sandbox and tools, the run's
+/// terminal timeout, its inference servers for a judge.
+fn verifier_context(rt: &Runtime, sandbox: &Arc<TaskSandbox>, tools: &Arc<ToolSet>) -> ToolContext {
+    ToolContext::new(
+        Arc::clone(sandbox),
+        Arc::clone(tools),
+        Duration::from_secs(rt.config.terminal_timeout.max(1) as u64),
+    )
+    .with_llm(rt.llm.clone())
 }
 
 /// The tripwires between the agent phase and the verifier: stops every process the agent
@@ -620,12 +720,7 @@ async fn score<E: Environment>(
     sandbox: &Arc<TaskSandbox>,
     tools: &Arc<ToolSet>,
 ) -> (f64, RewardOutcome) {
-    let ctx = ToolContext::new(
-        Arc::clone(sandbox),
-        Arc::clone(tools),
-        Duration::from_secs(rt.config.terminal_timeout.max(1) as u64),
-    )
-    .with_llm(rt.llm.clone());
+    let ctx = verifier_context(rt, sandbox, tools);
     let reward = std::panic::AssertUnwindSafe(env.compute_reward(item, run, &ctx))
         .catch_unwind()
         .await;

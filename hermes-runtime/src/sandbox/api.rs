@@ -126,6 +126,45 @@ pub struct SandboxSpec {
     /// A readiness check run right after the sandbox is created, before any command of the
     /// agent's or the verifier's: failing it makes the rollout a sandbox failure.
     pub ready: Option<ReadyCheck>,
+    /// The agent phase's time limit for this item's rollouts, counted as
+    /// `--env.rollout_timeout` counts (inference waits excluded) and over it: Harbor's
+    /// per-task `[agent] timeout_sec`.
+    pub agent_timeout: Option<Duration>,
+    /// A command run once right after the sandbox is ready, before any command of the
+    /// agent's: the item's own setup (a multi-step task's first step).
+    pub setup: Option<SetupCommand>,
+}
+
+/// An item's setup command ([`SandboxSpec::setup`]): run once as the sandbox's default user in
+/// a fresh shell; a non-zero exit or a timeout makes the rollout a sandbox failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupCommand {
+    /// What it is, for the failure's message (`step 1 setup`).
+    pub name: String,
+    /// Shell command.
+    pub command: String,
+    /// Time it may run.
+    pub timeout: Duration,
+}
+
+impl SetupCommand {
+    /// Runs it in `sandbox`; `Err` says why it failed.
+    pub async fn run(&self, sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
+        let out = sandbox
+            .exec_one_shot(ExecRequest::new(self.command.clone(), self.timeout))
+            .await?;
+        if out.exit_code == 0 {
+            return Ok(());
+        }
+        let tail: Vec<&str> = out.output.trim().lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Err(SandboxError::Create(format!(
+            "the item's {} failed (exit code {}): {}",
+            self.name,
+            out.exit_code,
+            tail.join(" | ")
+        )))
+    }
 }
 
 /// Docker HEALTHCHECK's semantics for a sandbox (Harbor's `[environment.healthcheck]`): the
@@ -194,6 +233,9 @@ pub struct ContainerOverrides {
     pub network: Option<String>,
     /// Working directory of the container and of the sandbox's commands (and relative paths).
     pub workdir: Option<String>,
+    /// The user the sandbox's commands run as unless a command names its own (Docker's
+    /// `--user`), over `--env.container_user`: Harbor's per-task `[agent] user`.
+    pub user: Option<String>,
 }
 
 impl ContainerOverrides {
@@ -244,6 +286,18 @@ impl SandboxSpec {
     /// Runs `check` right after the sandbox is created, before anything else runs in it.
     pub fn with_ready_check(mut self, check: ReadyCheck) -> Self {
         self.ready = Some(check);
+        self
+    }
+
+    /// Runs `setup` once the sandbox is ready, before anything else (see [`SetupCommand`]).
+    pub fn with_setup(mut self, setup: SetupCommand) -> Self {
+        self.setup = Some(setup);
+        self
+    }
+
+    /// Bounds the agent phase of this item's rollouts (see [`SandboxSpec::agent_timeout`]).
+    pub fn with_agent_timeout(mut self, limit: Duration) -> Self {
+        self.agent_timeout = Some(limit);
         self
     }
 

@@ -38,7 +38,7 @@ mod watched;
 
 pub use api::{
     ContainerOverrides, ExecOutput, ExecRequest, ReadyCheck, Sandbox, SandboxProvider, SandboxSpec,
-    Transfer, OUTPUT_LIMIT_CHARS,
+    SetupCommand, Transfer, OUTPUT_LIMIT_CHARS,
 };
 pub use backends::local::{LocalProvider, LocalSandbox};
 pub use backends::ssh::{SshProvider, SshSandbox, SshSettings};

@@ -98,6 +98,11 @@ impl TaskSandbox {
         &self.spec
     }
 
+    /// The provider the sandbox is made by.
+    pub(crate) fn provider(&self) -> Arc<dyn SandboxProvider> {
+        Arc::clone(&self.provider)
+    }
+
     /// The rollout's task id.
     pub fn task_id(&self) -> &str {
         &self.task_id
@@ -108,15 +113,15 @@ impl TaskSandbox {
         self.cell
             .get_or_try_init(|| async {
                 let created = self.provider.create(&self.task_id, &self.spec).await;
-                let created = match (created, &self.spec.ready) {
-                    (Ok(inner), Some(check)) => match check.run(inner.as_ref()).await {
+                let created = match created {
+                    Ok(inner) => match self.make_ready(inner.as_ref()).await {
                         Ok(()) => Ok(inner),
                         Err(e) => {
                             let _ = inner.teardown().await;
                             Err(e)
                         }
                     },
-                    (created, _) => created,
+                    Err(e) => Err(e),
                 };
                 match created {
                     Ok(inner) => Ok(Arc::new(Watched {
@@ -132,6 +137,17 @@ impl TaskSandbox {
                 }
             })
             .await
+    }
+
+    /// The spec's ready check, then its setup command, in a new sandbox.
+    async fn make_ready(&self, sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
+        if let Some(check) = &self.spec.ready {
+            check.run(sandbox).await?;
+        }
+        if let Some(setup) = &self.spec.setup {
+            setup.run(sandbox).await?;
+        }
+        Ok(())
     }
 
     /// The first infrastructure failure any user of this sandbox met (creation, a daemon

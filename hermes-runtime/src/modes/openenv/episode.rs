@@ -15,7 +15,7 @@ use crate::agent::{AgentResult, AgentSettings, Dispatcher, Ending};
 use crate::calls::ToolCall;
 use crate::env::{Environment, FailureKind, RewardOutcome};
 use crate::llm::{Message, Split};
-use crate::modes::rollout::{first_messages, release, settle, Runtime, SharedEnv};
+use crate::modes::rollout::{first_messages, release, settle, Runtime, Settled, SharedEnv};
 use crate::sandbox::tripwire::Armed;
 use crate::sandbox::TaskSandbox;
 use crate::tools::{TodoStore, ToolSet};
@@ -139,6 +139,17 @@ pub(crate) struct Episode<E: Environment> {
     todos: TodoStore,
     user_task: String,
     finished: bool,
+    /// Tool calls made before the current step began (`next_step`): each step has
+    /// `max_agent_turns` of its own, as in the agent loop.
+    step_start: u32,
+}
+
+/// What verifying a step gave: the episode's verdict, or the next step's instruction.
+pub(crate) enum StepEnd {
+    /// The episode is over.
+    Verdict(Verdict),
+    /// `next_step`'s instruction: the episode goes on.
+    Next(String),
 }
 
 impl<E: Environment> Episode<E> {
@@ -187,6 +198,7 @@ impl<E: Environment> Episode<E> {
             todos: TodoStore::default(),
             user_task,
             finished: false,
+            step_start: 0,
         })
     }
 
@@ -243,12 +255,19 @@ impl<E: Environment> Episode<E> {
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),
             };
-            let verdict = self.submit(env, rt, &answer).await?;
-            return Ok(ToolStep {
-                content: json!({"reward": verdict.reward, "outcome": verdict.outcome_name()})
-                    .to_string(),
-                fault: None,
-                verdict: Some(verdict),
+            return Ok(match self.submit(env, rt, &answer).await? {
+                StepEnd::Verdict(verdict) => ToolStep {
+                    content: json!({"reward": verdict.reward, "outcome": verdict.outcome_name()})
+                        .to_string(),
+                    fault: None,
+                    verdict: Some(verdict),
+                },
+                // A multi-step task: the answer's result is the next step's instruction.
+                StepEnd::Next(instruction) => ToolStep {
+                    content: instruction,
+                    fault: None,
+                    verdict: None,
+                },
             });
         }
         let fault = if !self.tools.contains(name) {
@@ -287,14 +306,25 @@ impl<E: Environment> Episode<E> {
         self.run
             .messages
             .push(Message::tool(call.id.clone(), content.clone()));
-        let verdict = match turn >= self.settings.max_turns {
-            true => Some(self.verify(env, rt).await?),
-            false => None,
-        };
-        Ok(ToolStep {
-            content,
-            fault,
-            verdict,
+        if turn - self.step_start < self.settings.max_turns {
+            return Ok(ToolStep {
+                content,
+                fault,
+                verdict: None,
+            });
+        }
+        Ok(match self.verify(env, rt).await? {
+            StepEnd::Verdict(verdict) => ToolStep {
+                content,
+                fault,
+                verdict: Some(verdict),
+            },
+            // The step's last turn: its result, then the next step's instruction.
+            StepEnd::Next(instruction) => ToolStep {
+                content: format!("{content}\n\n(next step)\n{instruction}"),
+                fault,
+                verdict: None,
+            },
         })
     }
 
@@ -304,7 +334,7 @@ impl<E: Environment> Episode<E> {
         env: &SharedEnv<E>,
         rt: &Runtime,
         answer: &str,
-    ) -> Result<Verdict, EpisodeError> {
+    ) -> Result<StepEnd, EpisodeError> {
         if self.finished {
             return Err(EpisodeError::Finished);
         }
@@ -316,10 +346,11 @@ impl<E: Environment> Episode<E> {
         self.verify(env, rt).await
     }
 
-    /// Tripwires, then the verifier, in the episode's sandbox; failures are errors.
-    async fn verify(&mut self, env: &SharedEnv<E>, rt: &Runtime) -> Result<Verdict, EpisodeError> {
+    /// Tripwires, then the next step or the verifier, in the episode's sandbox; failures are
+    /// errors.
+    async fn verify(&mut self, env: &SharedEnv<E>, rt: &Runtime) -> Result<StepEnd, EpisodeError> {
         self.finished = true;
-        let (reward, outcome) = {
+        let settled = {
             let env = env.0.read().await;
             settle(
                 &*env,
@@ -333,13 +364,24 @@ impl<E: Environment> Episode<E> {
             )
             .await
         };
+        let (reward, outcome) = match settled {
+            Settled::Verdict(reward, outcome) => (reward, outcome),
+            Settled::Next(instruction) => {
+                self.run.messages.push(Message::user(instruction.clone()));
+                self.run.finished_naturally = false;
+                self.armed = Armed::now();
+                self.step_start = self.run.turns_used;
+                self.finished = false;
+                return Ok(StepEnd::Next(instruction));
+            }
+        };
         release(&self.sandbox).await;
         match outcome.failure() {
             Some(kind) => Err(EpisodeError::Failed {
                 kind,
                 message: outcome.failure_message().unwrap_or_default().to_owned(),
             }),
-            None => Ok(Verdict { reward, outcome }),
+            None => Ok(StepEnd::Verdict(Verdict { reward, outcome })),
         }
     }
 

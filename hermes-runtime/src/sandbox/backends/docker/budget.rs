@@ -1,5 +1,5 @@
-//! Backpressure on one Docker daemon: its requests in flight are bounded per kind (container
-//! creation, exec creation, archive transfers, the daemon's diff), each kind with a budget of
+//! Backpressure on one Docker daemon: its requests in flight are bounded per kind (a
+//! container's lifecycle, exec creation, archive transfers, the daemon's diff), each kind with a budget of
 //! its own, so a slow daemon makes the sandboxes' requests wait here — where the wait counts
 //! toward no timeout — instead of piling up in the daemon, where every queued request's
 //! timeout runs and one that expires becomes a sandbox failure whose re-run adds more load.
@@ -25,7 +25,8 @@ pub(crate) const SAY_EVERY: Duration = Duration::from_secs(60);
 /// The kinds of daemon requests, each bounded on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lane {
-    /// Creating and starting a sandbox container.
+    /// A sandbox container's lifecycle: creating and starting it, reading its status,
+    /// removing it.
     Create,
     /// Creating and starting an exec (a persistent shell, a one-shot command, a helper).
     Exec,
@@ -50,7 +51,7 @@ impl Lane {
 
     fn what(self) -> &'static str {
         match self {
-            Lane::Create => "container creations",
+            Lane::Create => "container creations, status reads and removals",
             Lane::Exec => "exec starts",
             Lane::Archive => "archive transfers",
             Lane::Changes => "filesystem diffs",
@@ -65,7 +66,7 @@ impl Lane {
 /// The budget of each lane (from the settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budgets {
-    /// Container creations (create + start) in flight at once.
+    /// Container creations (create + start), status reads and removals in flight at once.
     pub create: usize,
     /// Exec creations and starts in flight at once.
     pub exec: usize,

@@ -258,6 +258,8 @@ pub(crate) struct Container {
     started: Instant,
     /// The item's own working directory, when it set one.
     workdir: Option<String>,
+    /// The user its commands run as by default: the item's own, else the settings'.
+    user: Option<String>,
 }
 
 /// State shared by the provider, its pool refills and its sandboxes.
@@ -339,7 +341,7 @@ impl Shared {
                     .clone()
                     .unwrap_or_else(|| self.settings.workdir.clone()),
             ),
-            user: self.settings.user.clone(),
+            user: over.user.clone().or_else(|| self.settings.user.clone()),
             network_disabled: Some(
                 over.network.as_ref().unwrap_or(&self.settings.network) == "none",
             ),
@@ -366,6 +368,7 @@ impl Shared {
             image: image.to_owned(),
             started: Instant::now(),
             workdir: over.workdir.clone(),
+            user: over.user.clone().or_else(|| self.settings.user.clone()),
         })
     }
 }

@@ -237,7 +237,7 @@ impl DockerSandbox {
     async fn home(&self) -> Result<&str, SandboxError> {
         self.home
             .get_or_try_init(|| async {
-                if matches!(self.shared.settings.user.as_deref(), Some("root" | "0")) {
+                if matches!(self.container.user.as_deref(), Some("root" | "0")) {
                     return Ok("/root".to_owned());
                 }
                 let argv = vec!["sh".into(), "-c".into(), "printf %s \"$HOME\"".into()];
@@ -357,7 +357,7 @@ impl DockerSandbox {
             cmd: Some(argv),
             user: user
                 .map(str::to_owned)
-                .or_else(|| self.shared.settings.user.clone()),
+                .or_else(|| self.container.user.clone()),
             ..Default::default()
         };
         let created = self
@@ -517,7 +517,7 @@ impl DockerSandbox {
         let docker = self.docker().clone();
         let shared = Arc::clone(&self.shared);
         let (name, path) = (self.name().to_owned(), abs.to_owned());
-        let user = self.shared.settings.user.clone();
+        let user = self.container.user.clone();
         tokio::spawn(async move {
             let mut err = Vec::new();
             loop {
@@ -830,16 +830,18 @@ async fn probe_upper(
     name: &str,
     shared: &Shared,
 ) -> Result<Option<UpperDir>, SandboxError> {
+    let slot = shared.lanes.slot(Lane::Create).await?;
     let info = docker
         .inspect_container(name, None)
         .await
         .map_err(|e| container_error(name, e))?;
+    drop(slot);
     let config = info.config.unwrap_or_default();
-    let user = shared
-        .settings
+    // The container's own user (the item's, the run's or the image's).
+    let user = config
         .user
-        .clone()
-        .or(config.user)
+        .filter(|u| !u.is_empty())
+        .or_else(|| shared.settings.user.clone())
         .unwrap_or_default();
     let env = config.env.unwrap_or_default();
     Ok(
@@ -1130,6 +1132,9 @@ impl Sandbox for DockerSandbox {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         *self.shell.lock().await = None;
+        // In the lifecycle lane: a burst of teardowns waits here, not in the daemon, and the
+        // removal's timeout starts once it is sent (a dropped guard still removes it).
+        let _slot = self.slot(Lane::Create).await?;
         self.container.guard.remove(self.docker()).await
     }
 }
