@@ -57,8 +57,14 @@ fn require_base() {
 
 /// Runs the example in `dir` with `args`; returns its pid and output, bounded by [`RUN_LIMIT`].
 fn run(dir: &Path, args: &[&str]) -> (u32, Output) {
+    run_with(dir, args, &[])
+}
+
+/// [`run`] with `env` set for the example.
+fn run_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (u32, Output) {
     let mut child = Command::new(common::example_bin("harbor"))
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .env("TMPDIR", dir)
         .env_remove("OPENAI_API_KEY")
@@ -405,6 +411,7 @@ print(json.dumps(rows))
         let network = match e.network() {
             Ok(hermes_env::harbor::Network::Public) => "public",
             Ok(hermes_env::harbor::Network::None) => "no-network",
+            Ok(hermes_env::harbor::Network::Allowlist(_)) => "allowlist",
             Err(e) => panic!("{}: {e}", path.display()),
         };
         let ours = serde_json::json!({
@@ -861,4 +868,112 @@ asyncio.run(main())
         "{v}\n{server_log}"
     );
     assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+}
+
+/// A server on `ip` that answers every request with `body`; returns its URL.
+fn http_server(ip: &str, body: &'static str) -> String {
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut stream, &mut buf);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = std::io::Write::write_all(&mut stream, reply.as_bytes());
+        }
+    });
+    url
+}
+
+/// `network_mode = "allowlist"`: the task reaches an allowed host through the proxy, is
+/// refused (403) a host not on the list, and reaches nothing directly.
+#[test]
+fn an_allowlist_lets_through_only_its_hosts() {
+    require_base();
+    // Not 127.0.0.1: that is the container's own loopback, which NO_PROXY keeps local.
+    let allowed = http_server("127.0.0.3", "hello-allowed");
+    let denied = http_server("127.0.0.2", "hello-denied");
+    let tmp = tempfile::tempdir().unwrap();
+    let task = tmp.path().join("set/allowlist");
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::create_dir_all(task.join("solution")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "[environment]\ndocker_image = \"{BASE}\"\nnetwork_mode = \"allowlist\"\n\
+             allowed_hosts = [\"127.0.0.3\"]\n\
+             [solution.env]\nALLOWED = \"${{HARBOR_ALLOWED_URL}}\"\nDENIED = \"${{HARBOR_DENIED_URL}}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(task.join("instruction.md"), "Fetch $ALLOWED.\n").unwrap();
+    std::fs::write(
+        task.join("solution/solve.sh"),
+        r#"#!/bin/bash
+python3 - <<'PY'
+import os, socket, urllib.request, urllib.error
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+    except urllib.error.HTTPError as e:
+        return f"refused {e.code}"
+    except Exception as e:
+        return f"failed {e}"
+open("/tmp/allowed.txt", "w").write(fetch(os.environ["ALLOWED"]))
+open("/tmp/denied.txt", "w").write(fetch(os.environ["DENIED"]))
+try:
+    socket.create_connection(("192.0.2.1", 80), timeout=3)
+    direct = "reached"
+except OSError:
+    direct = "blocked"
+open("/tmp/direct.txt", "w").write(direct)
+PY
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("tests/test.sh"),
+        "cat /tmp/allowed.txt /tmp/denied.txt /tmp/direct.txt; echo\n\
+         if [ \"$(cat /tmp/allowed.txt)\" = hello-allowed ] && [ \"$(cat /tmp/denied.txt)\" = 'refused 403' ] \
+         && [ \"$(cat /tmp/direct.txt)\" = blocked ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let report = tmp.path().join("check.json");
+    let mut args = vec!["check", "--limit", "0", "--json", report.to_str().unwrap()];
+    let fl = flags(&tmp.path().join("set"));
+    args.extend(fl.iter().map(String::as_str));
+    let env = [
+        ("HARBOR_ALLOWED_URL", allowed.as_str()),
+        ("HARBOR_DENIED_URL", denied.as_str()),
+    ];
+    let (pid, out) = run_with(tmp.path(), &args, &env);
+    let log = text(&out);
+    let item = &read_json(&report)["items"][0];
+    assert_eq!(
+        (item["reward"].as_f64(), item["outcome"]["kind"].as_str()),
+        (Some(1.0), Some("scored")),
+        "{item}\n{log}"
+    );
+    assert!(log.contains("egress: refused 127.0.0.2:"), "{log}");
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "containers left");
+    let networks = Command::new("docker")
+        .args([
+            "network",
+            "ls",
+            "--filter",
+            "label=hermes-env",
+            "--format",
+            "{{.Name}}",
+        ])
+        .output()
+        .unwrap();
+    let left = String::from_utf8_lossy(&networks.stdout);
+    assert!(
+        !left.lines().any(|n| n.starts_with("hermes-egress-")),
+        "egress networks left: {left}"
+    );
 }

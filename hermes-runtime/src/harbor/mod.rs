@@ -317,6 +317,10 @@ fn container_of(env: &task::EnvironmentConfig, image: &TaskImage) -> ContainerOv
         nano_cpus: env.cpus.filter(|c| *c > 0.0).map(|c| (c * 1e9) as i64),
         memory_mb: env.memory_mib().filter(|m| *m > 0),
         network: (env.network() == Ok(Network::None)).then(|| "none".to_owned()),
+        allow_hosts: match env.network() {
+            Ok(Network::Allowlist(hosts)) => Some(hosts),
+            _ => None,
+        },
         workdir: env.workdir.clone().or_else(|| image.workdir.clone()),
         user: None,
     }

@@ -167,12 +167,15 @@ impl Default for EnvironmentConfig {
 }
 
 /// Network policy of the agent's container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Network {
     /// Harbor's `public`: the run's `--env.container_network`.
     Public,
     /// Harbor's `no-network` (`allow_internet = false`): Docker network `none`.
     None,
+    /// Harbor's `allowlist`: only `allowed_hosts`, over HTTP(S) through this process's proxy
+    /// ([`ContainerOverrides::allow_hosts`](crate::sandbox::ContainerOverrides::allow_hosts)).
+    Allowlist(Vec<String>),
 }
 
 impl EnvironmentConfig {
@@ -186,8 +189,11 @@ impl EnvironmentConfig {
         match mode {
             "public" => Ok(Network::Public),
             "no-network" => Ok(Network::None),
+            "allowlist" => Ok(Network::Allowlist(
+                self.allowed_hosts.clone().unwrap_or_default(),
+            )),
             other => Err(format!(
-                "network_mode = \"{other}\" is not supported (only public and no-network)"
+                "network_mode = \"{other}\" is not supported (only public, no-network and allowlist)"
             )),
         }
     }
@@ -503,6 +509,12 @@ impl HarborTask {
                 "its artifacts come from the Docker Compose service {sidecar:?} (Compose tasks are not supported)"
             ));
         }
+        if c.agent.network_mode.is_some() || c.verifier.network_mode.is_some() {
+            return Some(
+                "[agent] or [verifier] network_mode (a network policy per phase) is not supported"
+                    .into(),
+            );
+        }
         match c.verifier.environment_mode.as_deref() {
             None | Some("separate") => {}
             Some("shared") if c.verifier.environment.is_some() => return Some(
@@ -662,8 +674,17 @@ mod tests {
             TaskConfig::parse("[environment]\nnetwork_mode = \"public\"\nallow_internet = false\n")
                 .unwrap();
         assert_eq!(public.environment.network(), Ok(Network::Public));
+        assert_eq!(
+            TaskConfig::parse(
+                "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n"
+            )
+            .unwrap()
+            .environment
+            .network(),
+            Ok(Network::Allowlist(vec!["pypi.org".into()]))
+        );
         assert!(
-            TaskConfig::parse("[environment]\nnetwork_mode = \"allowlist\"\n")
+            TaskConfig::parse("[environment]\nnetwork_mode = \"bridge\"\n")
                 .unwrap()
                 .environment
                 .network()

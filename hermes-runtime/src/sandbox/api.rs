@@ -236,6 +236,10 @@ pub struct ContainerOverrides {
     /// The user the sandbox's commands run as unless a command names its own (Docker's
     /// `--user`), over `--env.container_user`: Harbor's per-task `[agent] user`.
     pub user: Option<String>,
+    /// An egress allowlist (host names, `*.` wildcards, addresses, CIDR ranges): the
+    /// container reaches only these, over HTTP(S) through a proxy this process runs (its
+    /// `HTTP(S)_PROXY` set), and nothing else. The Docker daemon must be this machine's.
+    pub allow_hosts: Option<Vec<String>>,
 }
 
 impl ContainerOverrides {

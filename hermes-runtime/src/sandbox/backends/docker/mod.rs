@@ -7,6 +7,7 @@
 //! cleans up after a killed run; files moved through the archive (tar) endpoints.
 
 mod budget;
+mod egress;
 mod hosts;
 mod lease;
 mod lifecycle;
@@ -273,6 +274,8 @@ pub(crate) struct Shared {
     /// The daemon's requests in flight, bounded per kind.
     lanes: DaemonLanes,
     rate: RateLimiter,
+    /// Egress allowlists' network and proxies on this daemon.
+    egress: egress::Egress,
     _reaper: Option<reaper::Periodic>,
 }
 
@@ -330,12 +333,20 @@ impl Shared {
             (LABEL_ROLE.into(), ROLE_SANDBOX.into()),
         ]);
         labels.extend(self.owner.labels().map(|(k, v)| (k.to_owned(), v)));
+        let mut env = self.settings.env.clone();
+        let mut over = over.clone();
+        if let Some(hosts) = &over.allow_hosts {
+            let (network, proxy_env) = self.egress.route(hosts).await?;
+            over.network = Some(network);
+            env.extend(proxy_env);
+        }
+        let over = &over;
         let body = ContainerCreateBody {
             image: Some(image.to_owned()),
             cmd: Some(vec!["sleep".into(), life.as_secs().max(1).to_string()]),
             entrypoint: Some(Vec::new()),
             labels: Some(labels),
-            env: Some(self.settings.env.clone()).filter(|e| !e.is_empty()),
+            env: Some(env).filter(|e| !e.is_empty()),
             working_dir: Some(
                 over.workdir
                     .clone()
@@ -408,6 +419,7 @@ impl DockerProvider {
         let owner = Owner::new_run();
         watchdog::spawn(&owner.run_id, &endpoint);
         let lanes = DaemonLanes::new(&endpoint.host, settings.budgets());
+        let egress = egress::Egress::new(docker.clone(), endpoint.clone(), &owner.run_id);
         let shared = Arc::new(Shared {
             _reaper: settings
                 .reap_interval
@@ -418,6 +430,7 @@ impl DockerProvider {
             lease: OnceCell::new(),
             lanes,
             rate: RateLimiter::new(settings.create_rate),
+            egress,
             settings,
         });
         let pool = (shared.settings.pool_size > 0)
