@@ -179,26 +179,47 @@ impl Rules {
         rules
     }
 
-    /// Whether `host` (a name or an address) may be reached, and where.
-    pub(crate) async fn admit(&self, host: &str, port: u16) -> Option<Vec<std::net::SocketAddr>> {
-        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
-        let by_name =
-            self.names.contains(&host) || self.suffixes.iter().any(|s| host.ends_with(s.as_str()));
-        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .ok()?
-            .collect();
-        if by_name {
-            return Some(addrs);
-        }
-        let literal = host.parse::<IpAddr>().is_ok();
-        let all_in = !addrs.is_empty()
-            && addrs
-                .iter()
-                .all(|a| self.ranges.iter().any(|r| in_range(a.ip(), *r)));
-        // A name is admitted by address only when every address it has is in range.
-        (all_in && (literal || !self.ranges.is_empty())).then_some(addrs)
+    /// Whether `host` (lower case, no brackets) is allowed by name: exactly, or under a `*.`
+    /// wildcard.
+    fn allows_name(&self, host: &str) -> bool {
+        self.names.iter().any(|n| n == host)
+            || self.suffixes.iter().any(|s| host.ends_with(s.as_str()))
     }
+
+    /// Where `host` (a name or an address) may be reached, or why not. A name allowed by
+    /// name goes wherever it resolves; otherwise every address it resolves to must be in a
+    /// range.
+    pub(crate) async fn admit(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<std::net::SocketAddr>, Refusal> {
+        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+        let by_name = self.allows_name(&host);
+        let addrs: Vec<std::net::SocketAddr> =
+            match tokio::net::lookup_host((host.as_str(), port)).await {
+                Ok(addrs) => addrs.collect(),
+                Err(_) if by_name => return Err(Refusal::Unresolved),
+                Err(_) => return Err(Refusal::NotAllowed),
+            };
+        let in_ranges = addrs
+            .iter()
+            .all(|a| self.ranges.iter().any(|r| in_range(a.ip(), *r)));
+        match by_name || (!addrs.is_empty() && in_ranges) {
+            true if addrs.is_empty() => Err(Refusal::Unresolved),
+            true => Ok(addrs),
+            false => Err(Refusal::NotAllowed),
+        }
+    }
+}
+
+/// Why the proxy does not connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Not on the allowlist: 403.
+    NotAllowed,
+    /// Allowed, but its name does not resolve here: 502.
+    Unresolved,
 }
 
 fn in_range(ip: IpAddr, (net, bits): (IpAddr, u8)) -> bool {
@@ -275,15 +296,24 @@ async fn serve(mut client: TcpStream, rules: &Rules) -> std::io::Result<()> {
             .await?;
         return Ok(());
     };
-    let Some(addrs) = rules.admit(&host, port).await else {
-        info!("egress: refused {host}:{port} (not in the sandbox's allowlist)");
-        let body = format!("{host} is not in this sandbox's egress allowlist\n");
-        let reply = format!(
-            "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        client.write_all(reply.as_bytes()).await?;
-        return Ok(());
+    let addrs = match rules.admit(&host, port).await {
+        Ok(addrs) => addrs,
+        Err(refusal) => {
+            let (status, body) = match refusal {
+                Refusal::NotAllowed => {
+                    info!("egress: refused {host}:{port} (not in the sandbox's allowlist)");
+                    let body = format!("{host} is not in this sandbox's egress allowlist\n");
+                    ("403 Forbidden", body)
+                }
+                Refusal::Unresolved => ("502 Bad Gateway", format!("{host} does not resolve\n")),
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            client.write_all(reply.as_bytes()).await?;
+            return Ok(());
+        }
     };
     let Ok(mut upstream) = TcpStream::connect(&addrs[..]).await else {
         client
@@ -328,11 +358,23 @@ mod tests {
             "10.1.0.0/16".into(),
             "127.0.0.3".into(),
         ]);
-        assert!(rules.admit("LOCALHOST", 80).await.is_some());
-        assert!(rules.admit("10.1.2.3", 80).await.is_some());
-        assert!(rules.admit("10.2.0.1", 80).await.is_none());
-        assert!(rules.admit("127.0.0.3", 80).await.is_some());
-        assert!(rules.admit("127.0.0.4", 80).await.is_none());
+        assert!(rules.admit("LOCALHOST", 80).await.is_ok());
+        assert!(rules.admit("10.1.2.3", 80).await.is_ok());
+        assert_eq!(rules.admit("10.2.0.1", 80).await, Err(Refusal::NotAllowed));
+        assert!(rules.admit("127.0.0.3", 80).await.is_ok());
+        assert_eq!(rules.admit("127.0.0.4", 80).await, Err(Refusal::NotAllowed));
+        // Wildcards cover subdomains, not the apex; an allowed name that does not resolve
+        // is a 502, not a refusal.
+        assert!(rules.allows_name("a.example.test") && rules.allows_name("b.a.example.test"));
+        assert!(!rules.allows_name("example.test") && !rules.allows_name("badexample.test"));
+        assert_eq!(
+            rules.admit("nowhere.example.test", 80).await,
+            Err(Refusal::Unresolved)
+        );
+        assert_eq!(
+            rules.admit("nowhere.invalid", 80).await,
+            Err(Refusal::NotAllowed)
+        );
         assert!(in_range(
             "::1".parse().unwrap(),
             ("::1".parse().unwrap(), 128)
