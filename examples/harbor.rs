@@ -179,7 +179,7 @@ impl Harbor {
             category: task.config.category(),
             instruction: task.instruction.clone(),
             image: image.tag.clone(),
-            spec: harbor::sandbox_spec(&task, &image),
+            spec: harbor::sandbox_spec(&task, &image)?,
             task: Arc::new(task),
         })
     }
@@ -267,33 +267,19 @@ impl Harbor {
         _run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<Option<String>> {
-        let steps = &item.task.steps;
-        let done = self.step_of(ctx);
-        let Some(next) = steps.get(done + 1) else {
-            return Ok(None);
-        };
-        let rewards = harbor::verify(&item.task, &item.verifier, steps.get(done), ctx).await?;
-        let unmet = steps[done]
-            .config
-            .min_reward
-            .as_ref()
-            .and_then(|m| m.unmet(&rewards));
-        {
-            let mut all = self.progress.lock().expect("lock poisoned");
-            let progress = all.entry(ctx.task_id().to_owned()).or_default();
-            progress.rewards.push(rewards);
-            if let Some(why) = unmet {
-                eprintln!(
-                    "harbor: task {}: step {} {why}: the remaining steps do not run",
-                    item.task_name, steps[done].config.name
-                );
-                progress.stopped = true;
-                return Ok(None);
-            }
-            progress.step = done + 1;
+        let next = self.advance(item, ctx).await;
+        if let Err(e) = &next {
+            // No verdict: the task counts as errored in harbor_result.json, as in compute_reward.
+            self.progress
+                .lock()
+                .expect("lock poisoned")
+                .remove(ctx.task_id());
+            self.verdicts
+                .lock()
+                .expect("lock poisoned")
+                .insert(item.task_name.clone(), Err(e.to_string()));
         }
-        harbor::prepare_step(&item.task, next, &item.workdir, ctx).await?;
-        Ok(next.instruction.clone())
+        Ok(next?)
     }
 
     async fn compute_reward(
@@ -388,6 +374,42 @@ impl Harbor {
 }
 
 impl Harbor {
+    /// Verifies the step just done, then readies the next one and gives its instruction (none
+    /// after the last step, or once a step missed its `min_reward`).
+    async fn advance(
+        &self,
+        item: &HarborItem,
+        ctx: &ToolContext,
+    ) -> Result<Option<String>, harbor::HarborError> {
+        let steps = &item.task.steps;
+        let done = self.step_of(ctx);
+        let Some(next) = steps.get(done + 1) else {
+            return Ok(None);
+        };
+        let rewards = harbor::verify(&item.task, &item.verifier, steps.get(done), ctx).await?;
+        let unmet = steps[done]
+            .config
+            .min_reward
+            .as_ref()
+            .and_then(|m| m.unmet(&rewards));
+        {
+            let mut all = self.progress.lock().expect("lock poisoned");
+            let progress = all.entry(ctx.task_id().to_owned()).or_default();
+            progress.rewards.push(rewards);
+            if let Some(why) = unmet {
+                eprintln!(
+                    "harbor: task {}: step {} {why}: the remaining steps do not run",
+                    item.task_name, steps[done].config.name
+                );
+                progress.stopped = true;
+                return Ok(None);
+            }
+            progress.step = done + 1;
+        }
+        harbor::prepare_step(&item.task, next, &item.workdir, ctx).await?;
+        Ok(next.instruction.clone())
+    }
+
     /// The step the rollout `ctx` belongs to is on (0 before its first step ends).
     fn step_of(&self, ctx: &ToolContext) -> usize {
         let all = self.progress.lock().expect("lock poisoned");
@@ -421,11 +443,10 @@ impl Harbor {
 /// `/solution` (a temporary directory when the task's agent user may not make /solution),
 /// and runs its `solve.sh` with the `[solution] env` in `exports`.
 fn solve_command(dir: &std::path::Path, exports: &str) -> Option<String> {
-    let archive = solution_archive(dir).ok()?;
+    let archive = harbor::dir_archive_base64(dir).ok()?;
     Some(format!(
         "d=/solution; rm -rf $d 2>/dev/null; {{ mkdir -p $d && [ -w $d ]; }} 2>/dev/null || d=$(mktemp -d); \
-         echo {} | base64 -d | tar -x -C $d && {exports}bash $d/solve.sh",
-        base64(&archive)
+         echo {archive} | base64 -d | tar -x -C $d && {exports}bash $d/solve.sh"
     ))
 }
 
@@ -526,43 +547,4 @@ fn uuid_like() -> String {
         &h[16..20],
         &h[20..]
     )
-}
-
-/// `solution/` as a tar archive.
-fn solution_archive(dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    builder.append_dir_all(".", dir)?;
-    builder.into_inner()
-}
-
-/// Standard base64.
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_matches_the_standard() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-    }
 }

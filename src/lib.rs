@@ -65,10 +65,10 @@ pub mod sandbox {
 /// `tests/`) as items: loading, images, the sandbox spec, verification.
 pub mod harbor {
     pub use hermes_runtime::harbor::{
-        aggregate, image::base_images, load_task, load_tasks, plan_verifier, prepare_step,
-        resolve_env, reward, sandbox_spec, step_script, task, task_workdir, tb2, verify,
-        HarborError, HarborTask, ImageBuilder, Network, Rewards, SeparateVerifier, TaskConfig,
-        TaskImage, TaskStep, VerifierPlan, TESTS_DIR, VERIFIER_DIR,
+        aggregate, dir_archive_base64, image::base_images, load_task, load_tasks, plan_verifier,
+        prepare_step, resolve_env, reward, sandbox_spec, step_script, task, task_workdir, tb2,
+        verify, HarborError, HarborTask, ImageBuilder, Network, Rewards, SeparateVerifier,
+        TaskConfig, TaskImage, TaskStep, VerifierPlan, TESTS_DIR, VERIFIER_DIR,
     };
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::context::ToolContext;
+use crate::context::{TerminalOutput, ToolContext};
 use crate::sandbox::{ContainerOverrides, ReadyCheck, SandboxError, SandboxSpec, SetupCommand};
 pub use image::{ImageBuilder, TaskImage};
 pub use reward::Rewards;
@@ -94,7 +94,8 @@ pub enum HarborError {
 /// The sandbox of a task: its image, resources, network and working directory, the agent's
 /// user and time limit, and Harbor's process semantics (a service the agent leaves running
 /// still answers at verification).
-pub fn sandbox_spec(task: &HarborTask, image: &TaskImage) -> SandboxSpec {
+/// Fails only when a multi-step task's first step files cannot be read.
+pub fn sandbox_spec(task: &HarborTask, image: &TaskImage) -> Result<SandboxSpec, HarborError> {
     let agent = &task.config.agent;
     let mut container = container_of(&task.config.environment, image);
     container.user = agent.user.as_ref().map(|u| u.as_docker());
@@ -105,15 +106,20 @@ pub fn sandbox_spec(task: &HarborTask, image: &TaskImage) -> SandboxSpec {
     }
     if let Some(first) = task.steps.first() {
         // The first step's workdir files, setup.sh and healthcheck, before the agent's turn.
-        if let Ok(command) = step_script(first, &workdir) {
-            spec = spec.with_setup(SetupCommand {
-                name: format!("step {} setup", first.config.name),
-                command,
-                timeout: STEP_SETUP_LIMIT,
-            });
-        }
+        spec = spec.with_setup(SetupCommand {
+            name: format!("step {} setup", first.config.name),
+            command: step_script(first, &workdir)?,
+            timeout: STEP_SETUP_LIMIT,
+        });
     }
-    spec
+    Ok(spec)
+}
+
+/// `command` as root in a fresh shell, bounded by a minute: the runner's own housekeeping in
+/// a sandbox whose default user may be the agent's.
+async fn as_root(ctx: &ToolContext, command: &str) -> Result<TerminalOutput, SandboxError> {
+    ctx.terminal_isolated_as(command, Duration::from_secs(60), Some("0"), None)
+        .await
 }
 
 /// How long a step's setup (its files, `setup.sh`, its healthcheck) may take.
@@ -136,21 +142,12 @@ pub fn step_script(step: &TaskStep, workdir: &str) -> Result<String, HarborError
     let mut script = format!("set -e\nmkdir -p {0}\ncd {0}\n", quote(workdir));
     let files = step.workdir_dir();
     if files.is_dir() {
-        let mut tar = tar::Builder::new(Vec::new());
-        tar.follow_symlinks(false);
-        tar.append_dir_all(".", &files)
-            .and_then(|_| tar.finish())
-            .map_err(|e| HarborError::Read {
-                path: files.clone(),
-                source: e,
-            })?;
-        let bytes = tar.into_inner().map_err(|e| HarborError::Read {
+        let archive = dir_archive_base64(&files).map_err(|e| HarborError::Read {
             path: files.clone(),
             source: e,
         })?;
         script.push_str(&format!(
-            "printf %s {} | base64 -d | tar -x --no-same-owner -C {}\n",
-            base64(&bytes),
+            "printf %s {archive} | base64 -d | tar -x --no-same-owner -C {}\n",
             quote(workdir)
         ));
         if files.join("setup.sh").is_file() {
@@ -184,14 +181,7 @@ pub async fn prepare_step(
         task: task.name.clone(),
         message: format!("step {}: {message}", step.config.name),
     };
-    let wipe = ctx
-        .terminal_isolated_as(
-            &format!("rm -rf {TESTS_DIR} {VERIFIER_DIR}"),
-            Duration::from_secs(60),
-            Some("0"),
-            None,
-        )
-        .await?;
+    let wipe = as_root(ctx, &format!("rm -rf {TESTS_DIR} {VERIFIER_DIR}")).await?;
     if !wipe.success() {
         return Err(failed(format!(
             "cannot remove the last step's tests: {}",
@@ -228,23 +218,15 @@ pub fn aggregate(task: &HarborTask, steps: &[Rewards]) -> Rewards {
         .collect()
 }
 
-/// Standard base64.
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+/// The contents of `dir` as a tar archive (links stored as links), in base64: a directory a
+/// shell command can carry and unpack with `base64 -d | tar -x`.
+pub fn dir_archive_base64(dir: &std::path::Path) -> std::io::Result<String> {
+    use base64::Engine as _;
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    tar.append_dir_all(".", dir)?;
+    let bytes = tar.into_inner()?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 /// How a task's tests run: as which user, and in which sandbox.
@@ -441,9 +423,7 @@ async fn carry_artifacts(
          done; done",
         quoted.join(" ")
     );
-    let pruned = from
-        .terminal_isolated_as(&prune, Duration::from_secs(60), Some("0"), None)
-        .await?;
+    let pruned = as_root(from, &prune).await?;
     let dropped: Vec<&str> = pruned.output.lines().filter(|l| !l.is_empty()).collect();
     if !dropped.is_empty() {
         tracing::warn!(
@@ -497,16 +477,13 @@ async fn run_tests(
         String::new()
     };
     // As root: the agent's own user (`[agent] user`) may not remove what it did not make.
-    let wipe = ctx
-        .terminal_isolated_as(
-            &format!(
-                "{tests}rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
-            ),
-            Duration::from_secs(60),
-            Some("0"),
-            None,
-        )
-        .await?;
+    let wipe = as_root(
+        ctx,
+        &format!(
+            "{tests}rm -rf {VERIFIER_DIR} && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
+        ),
+    )
+    .await?;
     if !wipe.success() {
         return Err(failed(format!(
             "cannot prepare {TESTS_DIR} and {VERIFIER_DIR}: {}",
