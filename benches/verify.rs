@@ -69,7 +69,7 @@ fn settings(source: ChangeSource, pool_size: usize) -> DockerSettings {
 }
 
 /// The home scans of the tripwires (hooks anywhere, module shadows at the top).
-fn home_scans(since: u64) -> [ChangeScan; 2] {
+fn home_scans(since: std::time::Duration) -> [ChangeScan; 2] {
     let hooks = ChangeScan {
         roots: vec!["~".into()],
         names: HOOK_NAMES.iter().map(|n| (*n).to_owned()).collect(),
@@ -138,8 +138,7 @@ async fn rollout(p: &DockerProvider, i: usize, into: &mut Phases) {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs()
-        - 60;
+        - std::time::Duration::from_secs(60);
     run_scans(s.as_ref(), &home_scans(since)).await;
     into.scans.push(ms(start));
     let outside = parts.elapsed().as_secs_f64() * 1e3;

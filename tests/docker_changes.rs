@@ -188,10 +188,12 @@ async fn a_system_directory_replaced_by_a_link_is_a_watched_change_from_either_s
 #[tokio::test(flavor = "multi_thread")]
 async fn the_home_scans_over_the_storage_find_what_find_in_the_container_finds() {
     let (_provider, s) = sandbox().await;
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let since = std::time::Duration::from_secs(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    );
     ok(
         s.as_ref(),
         "set -e; cd ~

@@ -25,7 +25,7 @@ use crate::llm::{
     Message, Phase2, Split, Usage,
 };
 use crate::sandbox::tripwire::{self, Armed};
-use crate::sandbox::{SandboxProvider, SandboxSpec, TaskSandbox};
+use crate::sandbox::{GroupFork, SandboxProvider, SandboxSpec, TaskSandbox};
 use crate::tools::budget::ResultBudget;
 use crate::tools::{GroupTools, ToolSet};
 
@@ -321,7 +321,9 @@ pub(crate) async fn run_rollout_with<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
 ) -> ScoredRollout<<A::Env as Environment>::Item> {
-    run_attempt(env, rt, item, split, tools, None).await.rollout
+    run_attempt(env, rt, item, split, tools, None, None)
+        .await
+        .rollout
 }
 
 /// One rollout attempt: the scored rollout, in Phase 2 the exact token state of its
@@ -368,6 +370,7 @@ async fn run_attempt<A: EnvAccess>(
     split: Split,
     tools: &Arc<ToolSet>,
     first: Option<FirstTurn>,
+    group: Option<&Arc<GroupFork>>,
 ) -> Attempt<<A::Env as Environment>::Item> {
     let task_id = uuid::Uuid::new_v4().to_string();
     let span = info_span!("rollout", task_id = %task_id);
@@ -380,8 +383,11 @@ async fn run_attempt<A: EnvAccess>(
         let limit = spec
             .agent_timeout
             .map_or(rt.config.rollout_timeout, |d| d.as_secs_f64());
-        let sandbox =
-            Arc::new(TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes)).with_spec(spec));
+        let sandbox = Arc::new(
+            TaskSandbox::new(task_id.clone(), Arc::clone(&rt.sandboxes))
+                .with_spec(spec)
+                .in_group(group.cloned()),
+        );
         let mut armed = Armed::now();
         let clock = AgentClock::start();
         let (mut answered, seed) = match first {
@@ -690,7 +696,9 @@ async fn guard_verification(sandbox: &TaskSandbox, armed: &Armed) -> Option<Rewa
         // The `process` tool's own processes as this process recorded them: the model can
         // write the tool's state files, so they decide nothing here.
         let own = sandbox.own_processes();
-        let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), armed, &own).await?;
+        // What the framework laid in the new sandbox (its preparation, setup) is not the agent's.
+        let armed = armed.after(sandbox.laid_at());
+        let wires = tripwire::inspect(created.as_ref(), sandbox.spec(), &armed, &own).await?;
         // Then the agent's shell goes too (with whatever its commands' groups still hold):
         // the verifier's commands get a fresh one.
         created.reset_processes().await?;
@@ -766,13 +774,14 @@ async fn run_rollout_retrying<A: EnvAccess>(
     abandon: &AtomicBool,
     for_trainer: bool,
     mut first: Option<FirstTurn>,
+    group: Option<&Arc<GroupFork>>,
 ) -> (Attempt<<A::Env as Environment>::Item>, FailureCounts) {
     let attempts = rt.config.max_rollout_retries.max(0) as usize + 1;
     let mut failures = FailureCounts::default();
     let mut attempt = 1;
     loop {
         // Only the first attempt takes the group's answer; a re-run asks on its own.
-        let mut run = run_attempt(env, rt, item, split, tools, first.take()).await;
+        let mut run = run_attempt(env, rt, item, split, tools, first.take(), group).await;
         if for_trainer {
             run = run.with_trainer_tokens(rt, tools);
         }
@@ -820,6 +829,7 @@ pub(crate) async fn run_rollout_with_retries<A: EnvAccess>(
         &tools,
         &AtomicBool::new(false),
         false,
+        None,
         None,
     )
     .await;
@@ -896,9 +906,12 @@ pub async fn collect_group<A: EnvAccess>(
     let size = rt.config.group_size.max(1) as usize;
     let tools = rt.group_tools();
     let abandon = AtomicBool::new(false);
+    // The item's `prepare` runs once for the group; removed when the group is done.
+    let attempts = rt.config.max_rollout_retries.max(0) as u32 + 1;
+    let fork = GroupFork::new(Arc::clone(&rt.sandboxes), attempts);
     let mut firsts = group_first_turns(env, rt, &item, size, &tools).await;
     firsts.resize_with(size, || None);
-    let (item_ref, tools_ref, abandon_ref) = (&item, &tools, &abandon);
+    let (item_ref, tools_ref, abandon_ref, fork_ref) = (&item, &tools, &abandon, &fork);
     let slots = futures::future::join_all(firsts.into_iter().map(|first| async move {
         let (attempt, failures) = run_rollout_retrying(
             env,
@@ -909,6 +922,7 @@ pub async fn collect_group<A: EnvAccess>(
             abandon_ref,
             true,
             first,
+            Some(fork_ref),
         )
         .await;
         if !attempt.rollout.outcome.is_training_data() {
@@ -917,6 +931,7 @@ pub async fn collect_group<A: EnvAccess>(
         (attempt, failures)
     }))
     .await;
+    fork.close().await;
     let mut failures = FailureCounts::default();
     let mut failed = None;
     let mut rollouts_dropped = 0;

@@ -133,6 +133,13 @@ pub struct SandboxSpec {
     /// A command run once right after the sandbox is ready, before any command of the
     /// agent's: the item's own setup (a multi-step task's first step).
     pub setup: Option<SetupCommand>,
+    /// The item's preparation (a clone, an install, a build): the same for every rollout of
+    /// the item, so a group runs it once and its rollouts start from copies of the prepared
+    /// sandbox (Docker: containers from a snapshot image; local: a copy of the scratch
+    /// directory). A rollout outside a group, or on a backend that cannot copy a sandbox,
+    /// runs it in its own. It runs after the ready check, before `setup`; processes it leaves
+    /// are not kept. A failure makes the group's rollouts sandbox failures.
+    pub prepare: Option<SetupCommand>,
 }
 
 /// An item's setup command ([`SandboxSpec::setup`]): run once as the sandbox's default user in
@@ -299,6 +306,13 @@ impl SandboxSpec {
         self
     }
 
+    /// Runs `prepare` once per group, its rollouts starting from copies (see
+    /// [`SandboxSpec::prepare`]).
+    pub fn with_prepare(mut self, prepare: SetupCommand) -> Self {
+        self.prepare = Some(prepare);
+        self
+    }
+
     /// Bounds the agent phase of this item's rollouts (see [`SandboxSpec::agent_timeout`]).
     pub fn with_agent_timeout(mut self, limit: Duration) -> Self {
         self.agent_timeout = Some(limit);
@@ -410,4 +424,50 @@ pub trait SandboxProvider: Send + Sync {
         task_id: &str,
         spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError>;
+
+    /// A sandbox for `group`, made ready and prepared ([`prepare_in`]), kept as the source
+    /// its rollouts' sandboxes are copied from; `None` when this backend cannot copy a
+    /// sandbox (each rollout then prepares its own).
+    async fn prepare(
+        &self,
+        group: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Option<Arc<dyn Prepared>>, SandboxError> {
+        let _ = (group, spec);
+        Ok(None)
+    }
+}
+
+/// Prepares a new sandbox as `spec` asks: its ready check, its `prepare` command, then every
+/// process left stopped (a copy carries files, not processes).
+pub(crate) async fn prepare_in(
+    sandbox: &dyn Sandbox,
+    spec: &SandboxSpec,
+) -> Result<(), SandboxError> {
+    if let Some(check) = &spec.ready {
+        check.run(sandbox).await?;
+    }
+    if let Some(prepare) = &spec.prepare {
+        prepare.run(sandbox).await?;
+    }
+    sandbox
+        .kill_leftover_processes(&LeftoverRules::default())
+        .await?;
+    sandbox.reset_processes().await
+}
+
+/// A prepared sandbox a group's rollouts start from copies of; removed with [`Prepared::remove`]
+/// (its owner also removes it when dropped).
+#[async_trait]
+pub trait Prepared: Send + Sync {
+    /// A new sandbox for `task_id` holding a copy of the prepared one's files, configured by
+    /// `spec` (the prepared one's own); nothing it does reaches the prepared copy or its
+    /// siblings.
+    async fn fork(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError>;
+    /// Removes the prepared copy (a snapshot image, a directory). Idempotent.
+    async fn remove(&self) -> Result<(), SandboxError>;
 }

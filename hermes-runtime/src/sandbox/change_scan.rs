@@ -11,11 +11,15 @@ use std::time::{Duration, Instant};
 
 use super::error::SandboxError;
 
+/// How far a file's change time may lag the moment of the change: the kernel stamps files
+/// from a clock that advances once per tick (at most 10 ms at 100 Hz).
+pub const STAMP_LAG: Duration = Duration::from_millis(20);
+
 /// Paths one scan reports at most.
 pub const FOUND_MAX: usize = 200;
 
 /// One scan: `roots` (`~` is the sandbox's home), the names wanted (empty: every path), how
-/// deep, and the epoch second the agent phase began.
+/// deep, and when (since the epoch) the agent phase began.
 #[derive(Debug, Clone)]
 pub struct ChangeScan {
     /// Where to look; a root starting with `~` is under the home.
@@ -26,8 +30,8 @@ pub struct ChangeScan {
     /// Only the roots' direct entries (the roots themselves are not reported); otherwise the
     /// whole trees, on the roots' own filesystems, without `__pycache__` directories.
     pub top_level: bool,
-    /// Changes after this epoch second count.
-    pub since: u64,
+    /// Changes after this time (since the epoch; nanoseconds count) are reported.
+    pub since: Duration,
 }
 
 impl ChangeScan {
@@ -58,9 +62,10 @@ impl ChangeScan {
             "-xdev \\( -name __pycache__ -prune \\) -o".to_owned()
         };
         format!(
-            "find {} {scope} {names}-newerct @{} -print 2>/dev/null",
+            "find {} {scope} {names}-newerct @{}.{:09} -print 2>/dev/null",
             roots.join(" "),
-            self.since
+            self.since.as_secs(),
+            self.since.subsec_nanos()
         )
     }
 
@@ -133,8 +138,11 @@ impl ChangeScan {
     }
 
     fn changed(&self, meta: &std::fs::Metadata) -> bool {
-        let since = i64::try_from(self.since).unwrap_or(i64::MAX);
-        meta.ctime() > since || (meta.ctime() == since && meta.ctime_nsec() > 0)
+        let since = (
+            i64::try_from(self.since.as_secs()).unwrap_or(i64::MAX),
+            i64::from(self.since.subsec_nanos()),
+        );
+        (meta.ctime(), meta.ctime_nsec()) > since
     }
 }
 
@@ -270,8 +278,7 @@ mod tests {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
-                .as_secs()
-                - secs_ago
+                - Duration::from_secs(secs_ago)
         };
         let hooks = ChangeScan {
             roots: vec!["~".into()],
@@ -311,7 +318,7 @@ mod tests {
         assert_eq!(walked.len(), 3, "{walked:?}");
         // Nothing changed after a second from now.
         let later = ChangeScan {
-            since: since(0) + 2,
+            since: since(0) + Duration::from_secs(2),
             ..hooks
         };
         assert_eq!(both(&later, h), (Vec::new(), Vec::new()));
@@ -331,7 +338,7 @@ mod tests {
                 .map(String::from)
                 .into(),
             top_level: false,
-            since: 0,
+            since: Duration::ZERO,
         };
         let found = scan
             .walk_in(

@@ -14,7 +14,8 @@
 //!    the trait passes ([`ChangeScan`], `change_scan.rs`), the [`Sandbox`] and
 //!    [`SandboxProvider`] traits with the values they pass (`api.rs`), what may outlive the
 //!    agent phase ([`Survivor`], [`OwnProcess`], `survival.rs`), and the rollout's
-//!    handle to its sandbox ([`TaskSandbox`], `task.rs`, with its failure record `watched.rs`).
+//!    handle to its sandbox ([`TaskSandbox`], `task.rs`, with its failure record `watched.rs`),
+//!    and a group's prepared sandbox its rollouts are copied from ([`GroupFork`], `fork.rs`).
 //! 2. `files/`: moving and reading files safely (tar streams, link containment, bounded
 //!    reads, lexical paths inside a remote sandbox).
 //! 3. `exec/`: running commands (the one-shot wrapper, the persistent shell, commands started
@@ -31,14 +32,15 @@ mod change_scan;
 mod error;
 mod exec;
 mod files;
+mod fork;
 mod integrity;
 mod survival;
 mod task;
 mod watched;
 
 pub use api::{
-    ContainerOverrides, ExecOutput, ExecRequest, ReadyCheck, Sandbox, SandboxProvider, SandboxSpec,
-    SetupCommand, Transfer, OUTPUT_LIMIT_CHARS,
+    ContainerOverrides, ExecOutput, ExecRequest, Prepared, ReadyCheck, Sandbox, SandboxProvider,
+    SandboxSpec, SetupCommand, Transfer, OUTPUT_LIMIT_CHARS,
 };
 pub use backends::local::{LocalProvider, LocalSandbox};
 pub use backends::ssh::{SshProvider, SshSandbox, SshSettings};
@@ -48,6 +50,7 @@ pub use error::SandboxError;
 pub use exec::output::CappedOutput;
 pub use exec::preamble::CLEAN_PREAMBLE;
 pub use files::bounded::READ_LIMIT;
+pub use fork::GroupFork;
 pub(crate) use survival::shell_functions;
 pub use survival::{LeftoverKill, LeftoverRules, OwnProcess, Survivor};
 pub use task::TaskSandbox;

@@ -3,11 +3,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use tokio::sync::OnceCell;
 
-use super::api::{Sandbox, SandboxProvider, SandboxSpec};
+use super::api::{prepare_in, Sandbox, SandboxProvider, SandboxSpec};
+use super::change_scan::STAMP_LAG;
 use super::error::SandboxError;
+use super::fork::GroupFork;
 use super::survival::OwnProcess;
 use super::watched::{FailureRecord, Watched};
 
@@ -26,6 +29,11 @@ pub struct TaskSandbox {
     /// The first failure of a tool server (an MCP server that crashed, hung or broke the
     /// protocol) met by this rollout's tool calls.
     tool_server_failure: OnceLock<String>,
+    /// The rollout's group, whose prepared sandbox this one is copied from.
+    group: Option<Arc<GroupFork>>,
+    /// Set when the framework laid files in the new sandbox (its preparation, copy or
+    /// setup): a moment after the last of them, which the tripwires do not count.
+    laid: OnceLock<SystemTime>,
 }
 
 /// Most background-process records kept per rollout; past it the oldest is forgotten (were it
@@ -53,7 +61,21 @@ impl TaskSandbox {
             own: Mutex::new(Vec::new()),
             failure: Arc::new(OnceLock::new()),
             tool_server_failure: OnceLock::new(),
+            group: None,
+            laid: OnceLock::new(),
         }
+    }
+
+    /// Copies the sandbox from `group`'s prepared one when the spec has a `prepare`.
+    pub fn in_group(mut self, group: Option<Arc<GroupFork>>) -> Self {
+        self.group = group;
+        self
+    }
+
+    /// A moment after the last file the framework laid in the sandbox before the agent's
+    /// first command (none laid: `None`); see [`crate::sandbox::tripwire::Armed::after`].
+    pub fn laid_at(&self) -> Option<SystemTime> {
+        self.laid.get().copied()
     }
 
     /// Records that a tool left state in the sandbox (background processes, saved results)
@@ -112,9 +134,17 @@ impl TaskSandbox {
     pub async fn get(&self) -> Result<&Arc<dyn Sandbox>, SandboxError> {
         self.cell
             .get_or_try_init(|| async {
-                let created = self.provider.create(&self.task_id, &self.spec).await;
+                let created = match self.forked().await {
+                    Ok(Some(inner)) => Ok((inner, true)),
+                    Ok(None) => self
+                        .provider
+                        .create(&self.task_id, &self.spec)
+                        .await
+                        .map(|s| (s, false)),
+                    Err(e) => Err(e),
+                };
                 let created = match created {
-                    Ok(inner) => match self.make_ready(inner.as_ref()).await {
+                    Ok((inner, forked)) => match self.make_ready(inner.as_ref(), forked).await {
                         Ok(()) => Ok(inner),
                         Err(e) => {
                             let _ = inner.teardown().await;
@@ -139,13 +169,36 @@ impl TaskSandbox {
             .await
     }
 
-    /// The spec's ready check, then its setup command, in a new sandbox.
-    async fn make_ready(&self, sandbox: &dyn Sandbox) -> Result<(), SandboxError> {
-        if let Some(check) = &self.spec.ready {
+    /// A copy of the group's prepared sandbox, when the spec has a `prepare` and the group
+    /// can give one.
+    async fn forked(&self) -> Result<Option<Arc<dyn Sandbox>>, SandboxError> {
+        match (&self.group, &self.spec.prepare) {
+            (Some(group), Some(_)) => group.sandbox(&self.task_id, &self.spec).await,
+            _ => Ok(None),
+        }
+    }
+
+    /// In a new sandbox: the spec's ready check and `prepare` (a copy was prepared already:
+    /// only the ready check, its services being new), then its setup command. What they laid
+    /// is then the framework's, not the agent's ([`TaskSandbox::laid_at`]).
+    async fn make_ready(&self, sandbox: &dyn Sandbox, forked: bool) -> Result<(), SandboxError> {
+        let laid = forked || self.spec.prepare.is_some() || self.spec.setup.is_some();
+        if forked {
+            if let Some(check) = &self.spec.ready {
+                check.run(sandbox).await?;
+            }
+        } else if self.spec.prepare.is_some() {
+            prepare_in(sandbox, &self.spec).await?;
+        } else if let Some(check) = &self.spec.ready {
             check.run(sandbox).await?;
         }
         if let Some(setup) = &self.spec.setup {
             setup.run(sandbox).await?;
+        }
+        if laid {
+            // Files stamped by a lagging clock are then older than the moment recorded.
+            tokio::time::sleep(STAMP_LAG).await;
+            let _ = self.laid.set(SystemTime::now() - STAMP_LAG);
         }
         Ok(())
     }

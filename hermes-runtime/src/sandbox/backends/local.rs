@@ -23,9 +23,10 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
 use super::local_confine::{self, Confiner, Domain};
+use super::local_fork::{self, LocalPrepared};
 use super::local_reaper;
 use crate::sandbox::api::{
-    refuse_user, ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+    refuse_user, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
 use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
@@ -367,6 +368,43 @@ impl SandboxProvider for LocalProvider {
         task_id: &str,
         _spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        Ok(Arc::new(self.maker().open(task_id, None)?))
+    }
+
+    async fn prepare(
+        &self,
+        group: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Option<Arc<dyn Prepared>>, SandboxError> {
+        let prepared = LocalPrepared::prepare(self.maker(), group, spec).await?;
+        Ok(Some(Arc::new(prepared)))
+    }
+}
+
+impl LocalProvider {
+    fn maker(&self) -> Maker {
+        Maker {
+            root: self.root.clone(),
+            state_root: self.state_root.clone(),
+            env: self.env.clone(),
+            confiner: Arc::clone(&self.confiner),
+        }
+    }
+}
+
+/// What makes a scratch sandbox: the run's root, the shells' state root, the commands'
+/// environment and the confinement.
+#[derive(Debug, Clone)]
+pub(super) struct Maker {
+    root: PathBuf,
+    state_root: Option<PathBuf>,
+    env: CommandEnv,
+    confiner: Arc<Confiner>,
+}
+
+impl Maker {
+    /// The scratch directory of `task_id` under the run's root.
+    pub(super) fn dir(&self, task_id: &str) -> PathBuf {
         let safe: String = task_id
             .chars()
             .map(|c| {
@@ -377,16 +415,30 @@ impl SandboxProvider for LocalProvider {
                 }
             })
             .collect();
-        let dir = self.root.join(format!("task-{safe}"));
-        // One `mkdir` in the run's root, made on this thread like the `stat`s of a command's
-        // launch: a hand-off to the blocking pool and back costs more CPU than the call.
-        std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
-            doing: format!("creating {}", dir.display()),
-            source: e,
-        })?;
+        self.root.join(format!("task-{safe}"))
+    }
+
+    /// A new sandbox for `task_id`: its directory made (empty, or holding a copy of `from`:
+    /// reflinked where the filesystem allows, else copied), then confined.
+    pub(super) fn open(
+        &self,
+        task_id: &str,
+        from: Option<&Path>,
+    ) -> Result<LocalSandbox, SandboxError> {
+        let dir = self.dir(task_id);
+        match from {
+            // One `mkdir` in the run's root, made on this thread like the `stat`s of a
+            // command's launch: a hand-off to the blocking pool and back costs more CPU than
+            // the call.
+            None => std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
+                doing: format!("creating {}", dir.display()),
+                source: e,
+            })?,
+            Some(from) => local_fork::copy_dir(from, &dir)?,
+        }
         let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
         sandbox.confine(&self.confiner)?;
-        Ok(Arc::new(sandbox))
+        Ok(sandbox)
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod docker;
 pub(super) mod local;
 mod local_confine;
+mod local_fork;
 mod local_reaper;
 pub(super) mod ssh;
 pub(super) mod start;

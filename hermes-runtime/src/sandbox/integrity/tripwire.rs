@@ -139,22 +139,35 @@ pub(super) async fn wire_exec<S: Sandbox + ?Sized>(
 /// When the agent phase of a rollout began; changes after it are the agent's.
 #[derive(Debug, Clone, Copy)]
 pub struct Armed {
-    since: SystemTime,
+    /// Since the epoch: the whole second the phase began in (every change within it counts).
+    since: Duration,
 }
 
 impl Armed {
     /// Arms the wires now (call before the agent's first command).
     pub fn now() -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         Armed {
-            since: SystemTime::now(),
+            since: Duration::from_secs(now.as_secs()),
         }
     }
 
-    fn epoch_seconds(&self) -> u64 {
+    /// The same wires, not counting what the framework laid in the sandbox before `laid`
+    /// (an item's prepared copy, its setup): `laid` is a moment after the last of it was
+    /// written and at least `STAMP_LAG` (20 ms, a file clock's tick) before the agent's first command in it.
+    pub fn after(self, laid: Option<SystemTime>) -> Self {
+        let laid = laid
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        Armed {
+            since: self.since.max(laid),
+        }
+    }
+
+    fn since(&self) -> Duration {
         self.since
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
     }
 }
 
@@ -295,7 +308,7 @@ fn shadows(armed: &Armed) -> ChangeScan {
         roots: vec!["~".to_owned()],
         names: NAMES.clone(),
         top_level: true,
-        since: armed.epoch_seconds(),
+        since: armed.since(),
     }
 }
 
@@ -320,7 +333,7 @@ fn git_configs(armed: &Armed) -> ChangeScan {
         roots: vec!["~".to_owned()],
         names: NAMES.clone(),
         top_level: false,
-        since: armed.epoch_seconds(),
+        since: armed.since(),
     }
 }
 
@@ -429,7 +442,7 @@ fn changed_since(roots: &[String], armed: &Armed, hooks_only: bool) -> ChangeSca
         roots: roots.to_vec(),
         names: Arc::clone(if hooks_only { &HOOKS } else { &ALL }),
         top_level: false,
-        since: armed.epoch_seconds(),
+        since: armed.since(),
     }
 }
 

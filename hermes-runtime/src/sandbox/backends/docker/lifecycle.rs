@@ -25,6 +25,8 @@ pub const LABEL_ROLE: &str = "hermes-env.role";
 pub const ROLE_SANDBOX: &str = "sandbox";
 /// Role of a run's lease container.
 pub const ROLE_LEASE: &str = "lease";
+/// Role of a group's snapshot image (the labels of an image, not a container).
+pub const ROLE_SNAPSHOT: &str = "snapshot";
 /// The owning process id (shown by `sandbox list`; the reaper of releases before run ids
 /// judged by it, so it stays correct for them).
 pub const LABEL_OWNER_PID: &str = "hermes-env.owner-pid";

@@ -8,6 +8,7 @@
 
 mod budget;
 mod egress;
+mod fork;
 mod hosts;
 mod lease;
 mod lifecycle;
@@ -31,7 +32,7 @@ use tokio::time::Instant;
 use tracing::{debug, info_span, Instrument};
 
 use crate::config::HermesEnvConfig;
-use crate::sandbox::api::{ContainerOverrides, Sandbox, SandboxProvider, SandboxSpec};
+use crate::sandbox::api::{ContainerOverrides, Prepared, Sandbox, SandboxProvider, SandboxSpec};
 use crate::sandbox::error::SandboxError;
 pub use budget::Budgets;
 use budget::{DaemonLanes, Lane};
@@ -41,7 +42,7 @@ use lifecycle::{register, register_daemon, unregister, ContainerGuard};
 pub use lifecycle::{
     remove_all_live, unix_now, Endpoint, Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV,
     LABEL_MANAGED, LABEL_OWNER_HOST, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_ROLE, LABEL_RUN,
-    LABEL_TASK, ROLE_LEASE, ROLE_SANDBOX,
+    LABEL_TASK, ROLE_LEASE, ROLE_SANDBOX, ROLE_SNAPSHOT,
 };
 use pool::Pool;
 pub use sandbox::DockerSandbox;
@@ -512,5 +513,14 @@ impl SandboxProvider for DockerProvider {
         }
         .instrument(span)
         .await
+    }
+
+    async fn prepare(
+        &self,
+        group: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Option<Arc<dyn Prepared>>, SandboxError> {
+        let prepared = fork::Snapshot::prepare(Arc::clone(&self.shared), group, spec).await?;
+        Ok(Some(Arc::new(prepared)))
     }
 }

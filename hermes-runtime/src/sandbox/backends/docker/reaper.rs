@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use bollard::query_parameters::ListContainersOptions;
+use bollard::query_parameters::{ListContainersOptions, ListImagesOptions};
 use bollard::Docker;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::lifecycle::{daemons, remove_container, unix_now};
 use super::{
     Owner, LABEL_CREATED, LABEL_DEADLINE, LABEL_ENV, LABEL_MANAGED, LABEL_ROLE, LABEL_TASK,
-    ROLE_LEASE,
+    ROLE_LEASE, ROLE_SNAPSHOT,
 };
 use crate::sandbox::error::SandboxError;
 
@@ -134,9 +134,20 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
     Ok(containers)
 }
 
-/// Removes orphaned containers (or, with `all`, every labelled container); returns the ones
-/// removed. An orphan is removed only when a second listing confirms it.
+/// Removes orphaned containers (or, with `all`, every labelled container) and the groups'
+/// snapshot images of runs that are gone; returns the containers removed. An orphan container
+/// is removed only when a second listing confirms it.
 pub async fn reap(docker: &Docker, all: bool) -> Result<Vec<ManagedContainer>, SandboxError> {
+    let removed = reap_containers(docker, all).await?;
+    // Then the snapshots, which the removed containers no longer use.
+    reap_snapshots(docker, all).await?;
+    Ok(removed)
+}
+
+async fn reap_containers(
+    docker: &Docker,
+    all: bool,
+) -> Result<Vec<ManagedContainer>, SandboxError> {
     let targets: Vec<ManagedContainer> = if all {
         list(docker).await?
     } else {
@@ -170,6 +181,52 @@ pub async fn reap(docker: &Docker, all: bool) -> Result<Vec<ManagedContainer>, S
             "reaper: removed {} orphaned sandbox container(s) of runs that are gone",
             removed.len()
         );
+    }
+    Ok(removed)
+}
+
+/// Removes the groups' snapshot images of runs that hold no live lease (with `all`, every
+/// one); returns how many.
+pub async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxError> {
+    let options = ListImagesOptions {
+        all: false,
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_ROLE}={ROLE_SNAPSHOT}")],
+        )])),
+        ..Default::default()
+    };
+    let images = docker
+        .list_images(Some(options))
+        .await
+        .map_err(|e| SandboxError::docker("listing snapshot images", e))?;
+    if images.is_empty() {
+        return Ok(0);
+    }
+    let live: HashSet<String> = if all {
+        HashSet::new()
+    } else {
+        let now = unix_now();
+        list(docker)
+            .await?
+            .into_iter()
+            .filter(|c| c.role == ROLE_LEASE && lease_is_live(&c.state, c.created, now))
+            .filter_map(|c| c.owner.map(|o| o.run_id))
+            .collect()
+    };
+    let mut removed = 0;
+    for image in images {
+        let run = Owner::from_labels(&image.labels).map(|o| o.run_id);
+        if run.is_some_and(|r| live.contains(&r)) {
+            continue;
+        }
+        match super::fork::remove_image(docker, &image.id).await {
+            Ok(()) => removed += 1,
+            Err(e) => warn!("reaper: {e}"),
+        }
+    }
+    if removed > 0 {
+        info!("reaper: removed {removed} snapshot image(s) of runs that are gone");
     }
     Ok(removed)
 }

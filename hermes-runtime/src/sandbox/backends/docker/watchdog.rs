@@ -1,7 +1,7 @@
 //! The run's watchdog: a small child process (`<env binary> sandbox watch --run-id R`, in its
 //! own process group) that holds the read end of a pipe from its parent. When the parent dies
 //! without saying goodbye (SIGKILL, OOM), the pipe reaches EOF and the watchdog removes every
-//! container of run R — also the ones the daemon created for requests that were in flight at
+//! container of run R and its groups' snapshot images — also the ones the daemon created for requests that were in flight at
 //! the kill, which were never started and so have no idle sleep to end them — in a few passes
 //! over the next 30 s. A parent that exits cleanly writes one byte first: it has removed what it
 //! knew of, and the watchdog (its output closed, so it holds no pipe of whoever waits for the
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bollard::query_parameters::ListContainersOptions;
+use bollard::query_parameters::{ListContainersOptions, ListImagesOptions};
 use bollard::Docker;
 use tracing::warn;
 
@@ -156,6 +156,23 @@ async fn remove_run(docker: &Docker, run_id: &str) -> Result<usize, SandboxError
         match remove_container(docker, &id).await {
             Ok(()) => removed += 1,
             Err(e) => warn!("sandbox watch: {e}"),
+        }
+    }
+    // Then the run's group snapshots, which its containers no longer use.
+    let options = ListImagesOptions {
+        filters: Some(HashMap::from([(
+            "label".to_owned(),
+            vec![format!("{LABEL_RUN}={run_id}")],
+        )])),
+        ..Default::default()
+    };
+    let images = docker
+        .list_images(Some(options))
+        .await
+        .map_err(|e| SandboxError::docker("listing images", e))?;
+    for image in images {
+        if let Err(e) = super::fork::remove_image(docker, &image.id).await {
+            warn!("sandbox watch: {e}");
         }
     }
     Ok(removed)
