@@ -491,3 +491,45 @@ fn dead_runs_snapshot() -> String {
     docker_cli(&["rm", &container]);
     name
 }
+
+/// A backend that cannot copy a sandbox (the trait's default `prepare`).
+struct NoCopies(LocalProvider);
+
+#[async_trait::async_trait]
+impl SandboxProvider for NoCopies {
+    async fn create(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, hermes_runtime::sandbox::SandboxError> {
+        self.0.create(task_id, spec).await
+    }
+}
+
+#[tokio::test]
+async fn a_backend_that_cannot_copy_prepares_every_rollout_and_says_so_once() {
+    let logs = common::logs::Logs::default();
+    let _guard = logs.capture();
+    let tmp = tempfile::tempdir().unwrap();
+    let counter = tmp.path().join("count");
+    let provider: Arc<dyn SandboxProvider> =
+        Arc::new(NoCopies(LocalProvider::new().unwrap().confined(false)));
+    let group = GroupFork::new(Arc::clone(&provider), 1);
+    let spec = SandboxSpec::default().with_prepare(preparation(Some(&counter)));
+    for i in 0..3 {
+        let sandbox = TaskSandbox::new(format!("own-{i}"), Arc::clone(&provider))
+            .with_spec(spec.clone())
+            .in_group(Some(Arc::clone(&group)));
+        let created = sandbox.get().await.unwrap();
+        assert_eq!(
+            run(created.as_ref(), "cat prepared.txt").await,
+            (0, "prepared".into())
+        );
+        sandbox.close().await.unwrap();
+    }
+    group.close().await;
+    let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
+    assert_eq!(runs, 3, "each rollout prepared its own sandbox");
+    // Said once per process (this is the binary's only test on such a backend).
+    assert_eq!(logs.lines_with("cannot copy a prepared sandbox").len(), 1);
+}

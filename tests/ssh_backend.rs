@@ -203,3 +203,67 @@ async fn terminal_test_check_passes_on_the_ssh_backend() {
         "check: 4 items, 4 passed, 0 failed (min score 1) (7 repeated training items skipped)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_on_the_ssh_backend_starts_from_copies_made_on_the_host() {
+    use hermes_runtime::sandbox::{GroupFork, SetupCommand, TaskSandbox};
+    use std::sync::Arc;
+    let sshd = start_sshd().await;
+    let provider: Arc<dyn SandboxProvider> = Arc::new(
+        SshProvider::connect(sshd.settings(), Vec::new())
+            .await
+            .unwrap(),
+    );
+    let group = GroupFork::new(Arc::clone(&provider), 1);
+    let spec = SandboxSpec::default().with_prepare(SetupCommand {
+        name: "preparation".into(),
+        command: "mkdir -p pkg && echo prepared > pkg/state && echo \"$PWD\" > prepared-in".into(),
+        timeout: Duration::from_secs(30),
+    });
+    let copies: Vec<TaskSandbox> = (0..2)
+        .map(|i| {
+            TaskSandbox::new(format!("ssh-copy-{i}"), Arc::clone(&provider))
+                .with_spec(spec.clone())
+                .in_group(Some(Arc::clone(&group)))
+        })
+        .collect();
+    let first = copies[0].get().await.unwrap();
+    let second = copies[1].get().await.unwrap();
+    assert_ne!(first.workdir(), second.workdir());
+    let out = first
+        .exec(req("cat pkg/state; cat prepared-in"))
+        .await
+        .unwrap();
+    let lines: Vec<&str> = out.output.lines().collect();
+    assert_eq!(lines[0], "prepared", "{}", out.output);
+    let prepared_dir = lines[1].to_owned();
+    assert_ne!(
+        prepared_dir,
+        first.workdir(),
+        "a copy, not the prepared directory"
+    );
+    first
+        .exec(req("echo changed > pkg/state; touch mine"))
+        .await
+        .unwrap();
+    let out = second
+        .exec(req(
+            "cat pkg/state; test -e mine && echo leaked; cat \"$(cat prepared-in)/pkg/state\"",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.output.trim(), "prepared\nprepared", "{}", out.output);
+    for c in &copies {
+        c.close().await.unwrap();
+    }
+    group.close().await;
+    let out = Command::new("test")
+        .args(["-e", &prepared_dir])
+        .status()
+        .await
+        .unwrap();
+    assert!(
+        !out.success(),
+        "the prepared directory {prepared_dir} goes with the group"
+    );
+}

@@ -23,7 +23,7 @@ use tokio::time::{sleep_until, Instant};
 use tracing::warn;
 
 use crate::sandbox::api::{
-    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+    prepare_in, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
 use crate::sandbox::error::SandboxError;
 use crate::sandbox::exec::output::CappedOutput;
@@ -288,14 +288,45 @@ impl SandboxProvider for SshProvider {
         task_id: &str,
         _spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        let script = "mktemp -d \"${TMPDIR:-/tmp}/hermes-env-task-XXXXXXXX\"";
-        let (code, out, stderr) =
-            self.client
-                .helper(script, &[], None)
-                .await
-                .map_err(|e| SandboxError::CreateStep {
-                    source: Box::new(e),
-                })?;
+        Ok(Arc::new(self.open(task_id, None).await?))
+    }
+
+    async fn prepare(
+        &self,
+        group: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Option<Arc<dyn Prepared>>, SandboxError> {
+        let template = self.open(&format!("prepared-{group}"), None).await?;
+        if let Err(e) = prepare_in(&template, spec).await {
+            let _ = template.teardown().await;
+            return Err(e);
+        }
+        Ok(Some(Arc::new(SshPrepared {
+            provider: SshProvider {
+                client: Arc::clone(&self.client),
+                env: self.env.clone(),
+            },
+            template,
+        })))
+    }
+}
+
+/// Makes a scratch directory on the host: empty, or a copy of `from` (`cp -a`, on the host).
+const NEW_DIR: &str = r#"d=$(mktemp -d "${TMPDIR:-/tmp}/hermes-env-task-XXXXXXXX") || exit 1
+if [ -n "$1" ]; then cp -a "$1/." "$d/" || { rm -rf "$d"; exit 1; }; fi
+echo "$d""#;
+
+impl SshProvider {
+    /// A sandbox for `task_id` in a new scratch directory on the host (a copy of the
+    /// directory `from`, when given).
+    async fn open(&self, task_id: &str, from: Option<&str>) -> Result<SshSandbox, SandboxError> {
+        let (code, out, stderr) = self
+            .client
+            .helper(NEW_DIR, &[from.unwrap_or_default()], None)
+            .await
+            .map_err(|e| SandboxError::CreateStep {
+                source: Box::new(e),
+            })?;
         let dir = String::from_utf8_lossy(&out).trim().to_owned();
         if code != 0 || !dir.starts_with('/') {
             return Err(SandboxError::Create(format!(
@@ -303,7 +334,7 @@ impl SandboxProvider for SshProvider {
                 self.client.settings.describe()
             )));
         }
-        Ok(Arc::new(SshSandbox {
+        Ok(SshSandbox {
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
             dir,
@@ -311,7 +342,37 @@ impl SandboxProvider for SshProvider {
             env: self.env.clone(),
             client: Arc::clone(&self.client),
             torn_down: AtomicBool::new(false),
-        }))
+        })
+    }
+}
+
+/// A group's prepared directory on the host; each rollout's is a copy of it made there. Its
+/// processes run until the group is done (the host is shared: only the groups its commands
+/// started are killed, at removal).
+struct SshPrepared {
+    provider: SshProvider,
+    template: SshSandbox,
+}
+
+#[async_trait]
+impl Prepared for SshPrepared {
+    async fn fork(
+        &self,
+        task_id: &str,
+        _spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let copy = self
+            .provider
+            .open(task_id, Some(&self.template.dir))
+            .await?;
+        Ok(Arc::new(copy))
+    }
+
+    async fn remove(&self) -> Result<(), SandboxError> {
+        if self.template.torn_down.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.template.teardown().await
     }
 }
 
