@@ -533,3 +533,38 @@ async fn a_backend_that_cannot_copy_prepares_every_rollout_and_says_so_once() {
     // Said once per process (this is the binary's only test on such a backend).
     assert_eq!(logs.lines_with("cannot copy a prepared sandbox").len(), 1);
 }
+
+#[tokio::test]
+async fn a_rollout_whose_spec_differs_from_the_prepared_one_prepares_its_own() {
+    let logs = common::logs::Logs::default();
+    let _guard = logs.capture();
+    let tmp = tempfile::tempdir().unwrap();
+    let counter = tmp.path().join("count");
+    let provider: Arc<dyn SandboxProvider> =
+        Arc::new(LocalProvider::new().unwrap().confined(false));
+    let group = GroupFork::new(Arc::clone(&provider), 1);
+    let spec = SandboxSpec::default().with_prepare(preparation(Some(&counter)));
+    let other = spec.clone().protect("/opt/oracle");
+    for (i, spec) in [&spec, &other, &spec, &other].into_iter().enumerate() {
+        let sandbox = TaskSandbox::new(format!("mixed-{i}"), Arc::clone(&provider))
+            .with_spec(spec.clone())
+            .in_group(Some(Arc::clone(&group)));
+        let created = sandbox.get().await.unwrap();
+        assert_eq!(
+            run(created.as_ref(), "cat prepared.txt").await,
+            (0, "prepared".into())
+        );
+        sandbox.close().await.unwrap();
+    }
+    group.close().await;
+    let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
+    assert_eq!(
+        runs, 3,
+        "the group's preparation, then one per differing rollout"
+    );
+    assert_eq!(
+        logs.lines_with("differs from the one the group prepared")
+            .len(),
+        1
+    );
+}

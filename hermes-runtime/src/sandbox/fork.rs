@@ -20,6 +20,8 @@ pub struct GroupFork {
     /// (a rollout's own attempts: `--env.max_rollout_retries` + 1).
     attempts: u32,
     state: tokio::sync::Mutex<State>,
+    /// Set once a rollout's spec differed from the prepared one (said once per group).
+    mismatch_said: AtomicBool,
 }
 
 enum State {
@@ -53,6 +55,7 @@ impl GroupFork {
                 failures: 0,
                 last: None,
             }),
+            mismatch_said: AtomicBool::new(false),
         })
     }
 
@@ -75,7 +78,18 @@ impl GroupFork {
                     spec: theirs,
                     prepared,
                 } if **theirs == *spec => Arc::clone(prepared),
-                State::Ready { .. } | State::Unforkable => return Ok(None),
+                State::Ready { .. } => {
+                    if !self.mismatch_said.swap(true, Ordering::Relaxed) {
+                        warn!(
+                            "group {}: a rollout's sandbox_spec differs from the one the group \
+                             prepared (sandbox_spec should depend on the item only); it prepares \
+                             its own sandbox",
+                            self.group
+                        );
+                    }
+                    return Ok(None);
+                }
+                State::Unforkable => return Ok(None),
                 State::Failed(message) => return Err(SandboxError::Create(message.clone())),
                 State::Unprepared { last, .. } => {
                     let reason = last.clone().unwrap_or_default();
