@@ -186,6 +186,39 @@ fn dirs_of(provider: &LocalProvider, prefix: &str) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// Rollout `id`'s sandbox handle, copied from `group`'s prepared one.
+fn member(
+    provider: &Arc<dyn SandboxProvider>,
+    group: &Arc<GroupFork>,
+    id: String,
+    spec: &SandboxSpec,
+) -> TaskSandbox {
+    TaskSandbox::new(id, Arc::clone(provider))
+        .with_spec(spec.clone())
+        .in_group(Some(Arc::clone(group)))
+}
+
+/// Makes, checks (the prepared file is there) and closes one sandbox per spec in `group`,
+/// then closes the group; returns how often the preparation ran (its `counter` lines).
+async fn prepared_runs(
+    provider: &Arc<dyn SandboxProvider>,
+    group: &Arc<GroupFork>,
+    specs: &[&SandboxSpec],
+    counter: &std::path::Path,
+) -> usize {
+    for (i, spec) in specs.iter().enumerate() {
+        let sandbox = member(provider, group, format!("rollout-{i}"), spec);
+        let created = sandbox.get().await.unwrap();
+        assert_eq!(
+            run(created.as_ref(), "cat prepared.txt").await,
+            (0, "prepared".into())
+        );
+        sandbox.close().await.unwrap();
+    }
+    group.close().await;
+    std::fs::read_to_string(counter).unwrap().lines().count()
+}
+
 async fn run(sandbox: &dyn Sandbox, command: &str) -> (i32, String) {
     let out = sandbox
         .exec(ExecRequest::new(command, Duration::from_secs(30)))
@@ -201,11 +234,7 @@ async fn a_confined_copy_cannot_reach_its_siblings_or_the_prepared_directory() {
     let group = GroupFork::new(Arc::clone(&provider_dyn), 1);
     let spec = SandboxSpec::default().with_prepare(preparation(None));
     let sandboxes: Vec<TaskSandbox> = (0..3)
-        .map(|i| {
-            TaskSandbox::new(format!("copy-{i}"), Arc::clone(&provider_dyn))
-                .with_spec(spec.clone())
-                .in_group(Some(Arc::clone(&group)))
-        })
+        .map(|i| member(&provider_dyn, &group, format!("copy-{i}"), &spec))
         .collect();
     for s in &sandboxes {
         s.get().await.unwrap();
@@ -262,9 +291,7 @@ async fn the_preparation_fires_no_wire_and_what_the_agent_plants_after_it_does()
     for plant in [false, true] {
         // Armed before the sandbox exists, as a rollout arms it before its first tool call.
         let armed = Armed::now();
-        let sandbox = TaskSandbox::new(format!("wired-{plant}"), Arc::clone(&provider))
-            .with_spec(spec.clone())
-            .in_group(Some(Arc::clone(&group)));
+        let sandbox = member(&provider, &group, format!("wired-{plant}"), &spec);
         let created = sandbox.get().await.unwrap();
         if plant {
             run(
@@ -311,9 +338,7 @@ async fn a_failing_preparation_fails_the_group_after_its_attempts_and_says_why()
     });
     let mut errors = Vec::new();
     for i in 0..4 {
-        let sandbox = TaskSandbox::new(format!("fails-{i}"), Arc::clone(&provider))
-            .with_spec(spec.clone())
-            .in_group(Some(Arc::clone(&group)));
+        let sandbox = member(&provider, &group, format!("fails-{i}"), &spec);
         errors.push(sandbox.get().await.err().expect("no sandbox").to_string());
         assert!(sandbox.infra_failure().is_some(), "a sandbox failure");
     }
@@ -353,11 +378,7 @@ async fn docker_copies_come_from_a_snapshot_removed_with_the_group() {
     });
     let armed = Armed::now();
     let sandboxes: Vec<TaskSandbox> = (0..3)
-        .map(|i| {
-            TaskSandbox::new(format!("docker-copy-{i}"), Arc::clone(&provider_dyn))
-                .with_spec(spec.clone())
-                .in_group(Some(Arc::clone(&group)))
-        })
+        .map(|i| member(&provider_dyn, &group, format!("docker-copy-{i}"), &spec))
         .collect();
     for s in &sandboxes {
         s.get().await.unwrap();
@@ -516,19 +537,7 @@ async fn a_backend_that_cannot_copy_prepares_every_rollout_and_says_so_once() {
         Arc::new(NoCopies(LocalProvider::new().unwrap().confined(false)));
     let group = GroupFork::new(Arc::clone(&provider), 1);
     let spec = SandboxSpec::default().with_prepare(preparation(Some(&counter)));
-    for i in 0..3 {
-        let sandbox = TaskSandbox::new(format!("own-{i}"), Arc::clone(&provider))
-            .with_spec(spec.clone())
-            .in_group(Some(Arc::clone(&group)));
-        let created = sandbox.get().await.unwrap();
-        assert_eq!(
-            run(created.as_ref(), "cat prepared.txt").await,
-            (0, "prepared".into())
-        );
-        sandbox.close().await.unwrap();
-    }
-    group.close().await;
-    let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
+    let runs = prepared_runs(&provider, &group, &[&spec, &spec, &spec], &counter).await;
     assert_eq!(runs, 3, "each rollout prepared its own sandbox");
     // Said once per process (this is the binary's only test on such a backend).
     assert_eq!(logs.lines_with("cannot copy a prepared sandbox").len(), 1);
@@ -545,19 +554,7 @@ async fn a_rollout_whose_spec_differs_from_the_prepared_one_prepares_its_own() {
     let group = GroupFork::new(Arc::clone(&provider), 1);
     let spec = SandboxSpec::default().with_prepare(preparation(Some(&counter)));
     let other = spec.clone().protect("/opt/oracle");
-    for (i, spec) in [&spec, &other, &spec, &other].into_iter().enumerate() {
-        let sandbox = TaskSandbox::new(format!("mixed-{i}"), Arc::clone(&provider))
-            .with_spec(spec.clone())
-            .in_group(Some(Arc::clone(&group)));
-        let created = sandbox.get().await.unwrap();
-        assert_eq!(
-            run(created.as_ref(), "cat prepared.txt").await,
-            (0, "prepared".into())
-        );
-        sandbox.close().await.unwrap();
-    }
-    group.close().await;
-    let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
+    let runs = prepared_runs(&provider, &group, &[&spec, &other, &spec, &other], &counter).await;
     assert_eq!(
         runs, 3,
         "the group's preparation, then one per differing rollout"

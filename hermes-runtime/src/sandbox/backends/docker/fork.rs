@@ -51,13 +51,15 @@ impl Snapshot {
         };
         let removed = template.teardown().await;
         let image = committed?;
-        removed?;
         debug!(image, base, "group snapshot committed");
-        Ok(Snapshot {
+        // Made before the template's removal is judged: failing it drops (and removes) the image.
+        let snapshot = Snapshot {
             shared,
             image,
             removed: AtomicBool::new(false),
-        })
+        };
+        removed?;
+        Ok(snapshot)
     }
 }
 
