@@ -187,7 +187,7 @@ async fn reap_containers(
 
 /// Removes the groups' snapshot images of runs that hold no live lease (with `all`, every
 /// one); returns how many.
-pub async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxError> {
+async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxError> {
     let options = ListImagesOptions {
         all: false,
         filters: Some(HashMap::from([(
@@ -203,14 +203,14 @@ pub async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, Sandbox
     if images.is_empty() {
         return Ok(0);
     }
+    // The runs that hold a live lease, as the listing judged them.
     let live: HashSet<String> = if all {
         HashSet::new()
     } else {
-        let now = unix_now();
         list(docker)
             .await?
             .into_iter()
-            .filter(|c| c.role == ROLE_LEASE && lease_is_live(&c.state, c.created, now))
+            .filter(|c| c.owner_alive)
             .filter_map(|c| c.owner.map(|o| o.run_id))
             .collect()
     };
