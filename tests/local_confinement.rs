@@ -151,8 +151,39 @@ async fn a_confined_rollout_has_its_own_temp_directory() {
     assert!(out.contains(&format!("{root}/tmp-task-t/")), "{out}");
     let (code, out) = run(&s, "echo x > /tmp/hermes-confinement-probe").await;
     assert_ne!(code, 0, "the shared /tmp is not writable: {out}");
+    // Its own cgroup, which a process left running keeps populated until teardown.
+    assert_eq!(run(&s, "sleep 7312 >/dev/null 2>&1 &").await.0, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let sleeper = find("sleep 7312").expect("the process runs");
+    let cgroup = std::fs::read_to_string(format!("/proc/{sleeper}/cgroup")).unwrap();
+    let cgroup = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 path")
+        .to_owned();
+    let mount = cgroup_mount();
+    assert!(
+        mount.join(cgroup.trim_start_matches('/')).is_dir(),
+        "{cgroup}"
+    );
     s.teardown().await.unwrap();
     assert!(!p.root().join("tmp-task-t").exists(), "removed at teardown");
+    assert!(
+        !mount.join(cgroup.trim_start_matches('/')).exists(),
+        "its cgroup {cgroup} is removed at teardown, its process killed"
+    );
+    assert!(!alive(sleeper), "its process is killed");
+}
+
+/// Where the cgroup v2 hierarchy is mounted.
+fn cgroup_mount() -> std::path::PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.starts_with("cgroup2 ")).then(|| left.split(' ').nth(4).unwrap().into())
+        })
+        .expect("a cgroup v2 hierarchy")
 }
 
 #[tokio::test]

@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::docker::{containers_of, require_docker, settings, IMAGE};
+use hermes_runtime::sandbox::docker::ChangeSource;
 use hermes_runtime::sandbox::{
-    DockerProvider, ExecRequest, LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    DockerProvider, DockerSettings, ExecRequest, LocalProvider, Sandbox, SandboxError,
+    SandboxProvider, SandboxSpec,
 };
 
 /// Each Docker test must finish well within this.
@@ -402,7 +404,18 @@ async fn docker_files_on_tmpfs_use_tar_through_exec() {
     let s = p.create("tmpfs", &SandboxSpec::default()).await.unwrap();
     assert!(s.write_file("/tmp/w/x.txt", b"on tmpfs").await.unwrap());
     assert_eq!(run(&*s, "cat /tmp/w/x.txt").await.1, "on tmpfs");
-    assert_eq!(s.read_file("/tmp/w/x.txt").await.unwrap(), b"on tmpfs");
+    // A file's mode is kept when it is rewritten; a write into an existing directory made none.
+    run(&*s, "chmod 750 /tmp/w/x.txt").await;
+    assert!(!s.write_file("/tmp/w/x.txt", b"again").await.unwrap());
+    assert_eq!(
+        run(&*s, "stat -c %a /tmp/w/x.txt; cat /tmp/w/x.txt")
+            .await
+            .1,
+        "750\nagain"
+    );
+    assert!(!s.write_file("/tmp/w/new.txt", b"on tmpfs").await.unwrap());
+    assert_eq!(run(&*s, "stat -c %a /tmp/w/new.txt").await.1.trim(), "644");
+    assert_eq!(s.read_file("/tmp/w/x.txt").await.unwrap(), b"again");
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f.bin"), [1u8, 0, 2]).unwrap();
     let sent = s.upload_dir(dir.path(), "/tmp/up").await.unwrap();
@@ -423,6 +436,25 @@ async fn docker_files_on_tmpfs_use_tar_through_exec() {
         Err(SandboxError::NotFound(_))
     ));
     s.teardown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_home_of_a_non_root_user_is_the_one_its_commands_get() {
+    // `~` resolves without a command where the daemon's storage is readable (the image's
+    // passwd), with one where it is not (the daemon's diff): both as the user's `$HOME`.
+    for source in [ChangeSource::Storage, ChangeSource::Daemon] {
+        let p = docker_provider(DockerSettings {
+            user: Some("games".into()),
+            change_source: source,
+            ..settings()
+        })
+        .await;
+        let s = p.create("home", &SandboxSpec::default()).await.unwrap();
+        s.write_file("~/at-home.txt", b"here").await.unwrap();
+        let (code, out) = run(&*s, "printf '%s ' \"$HOME\"; cat /usr/games/at-home.txt").await;
+        assert_eq!((code, out.as_str()), (0, "/usr/games here"), "{source:?}");
+        s.teardown().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -368,7 +368,17 @@ impl SandboxProvider for LocalProvider {
         task_id: &str,
         _spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        Ok(Arc::new(self.maker().open(task_id, None)?))
+        let maker = self.maker();
+        if !self.confiner.confines() {
+            // One `mkdir`: cheaper here than a hand-off to the blocking pool and back.
+            return Ok(Arc::new(maker.open(task_id, None)?));
+        }
+        // A confined sandbox's ruleset and cgroup cost a few dozen system calls, which would
+        // stall every other session and rollout on this thread.
+        let task_id = task_id.to_owned();
+        Ok(Arc::new(
+            blocking(move || maker.open(&task_id, None)).await?,
+        ))
     }
 
     async fn prepare(
@@ -427,9 +437,6 @@ impl Maker {
     ) -> Result<LocalSandbox, SandboxError> {
         let dir = self.dir(task_id);
         match from {
-            // One `mkdir` in the run's root, made on this thread like the `stat`s of a
-            // command's launch: a hand-off to the blocking pool and back costs more CPU than
-            // the call.
             None => std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
                 doing: format!("creating {}", dir.display()),
                 source: e,
@@ -1241,12 +1248,15 @@ impl Sandbox for LocalSandbox {
         // What the reset passed over: the survivors and their groups.
         self.kill_all();
         let (state_files, dir) = (self.state_files.clone(), self.dir.clone());
-        if let Some(tmp) = self.tmp.clone() {
-            blocking(move || Ok(std::fs::remove_dir_all(tmp)))
-                .await?
-                .ok();
-        }
+        let (tmp, cgroup) = (self.tmp.clone(), self.domain.cgroup_dir());
         blocking(move || {
+            if let Some(tmp) = tmp {
+                let _ = std::fs::remove_dir_all(tmp);
+            }
+            // Waiting for the killed cgroup to empty takes milliseconds.
+            if let Some(cgroup) = cgroup {
+                local_confine::remove_cgroup(&cgroup);
+            }
             for file in &state_files {
                 let _ = std::fs::remove_file(file);
             }

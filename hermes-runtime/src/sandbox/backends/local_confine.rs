@@ -128,6 +128,12 @@ impl Confiner {
         self.landlock.is_some()
     }
 
+    /// Whether a sandbox gets a Landlock ruleset or a cgroup: its making then costs a few
+    /// dozen system calls, and its removal waits for its cgroup to empty.
+    pub fn confines(&self) -> bool {
+        self.landlock.is_some() || self.cgroups.is_some()
+    }
+
     /// Whether a confined sandbox's file tools may read `real` (a path without links) outside
     /// its own directories: in the system trees and `PATH` directories its commands read,
     /// except `/proc` and `/sys` (this process's own files are there).
@@ -272,6 +278,19 @@ impl Domain {
             cgroup.kill();
         }
     }
+
+    /// The sandbox's cgroup directory, for [`remove_cgroup`] off the async thread.
+    pub fn cgroup_dir(&self) -> Option<PathBuf> {
+        self.cgroup.as_ref().map(|c| c.dir.clone())
+    }
+}
+
+/// Kills what is left in the sandbox cgroup `dir`, waits for it to empty, and removes it
+/// (blocking: run it on the blocking pool). What the sandbox's drop does then finds it gone.
+pub(crate) fn remove_cgroup(dir: &Path) {
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    wait_empty(dir);
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// A warning the first time in a run, then at debug: a failure that repeats for every sandbox

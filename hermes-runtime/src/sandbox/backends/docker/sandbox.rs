@@ -21,7 +21,7 @@ use bollard::Docker;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::{mpsc, oneshot, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
@@ -59,6 +59,14 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, SandboxError>> + Send>>;
 
 /// What a helper command produced.
+/// What a helper command reads on stdin.
+enum Feed {
+    /// A tar stream, sent as the command starts.
+    Tar(TarStream),
+    /// A tar stream made from the first line the command prints, sent once it is printed.
+    AfterLine(Box<dyn FnOnce(&str) -> TarStream + Send>),
+}
+
 struct Collected {
     stdout: Vec<u8>,
     stderr: String,
@@ -233,12 +241,17 @@ impl DockerSandbox {
         self.container.guard.name()
     }
 
-    /// The home directory of the command user (asked once; `/root` for root).
+    /// The home directory of the command user (asked once; `/root` for root). Where the
+    /// daemon's storage is readable here, the image's own `/etc/passwd` answers it (as for
+    /// the tripwires' home scans) and no command runs.
     async fn home(&self) -> Result<&str, SandboxError> {
         self.home
             .get_or_try_init(|| async {
                 if matches!(self.container.user.as_deref(), Some("root" | "0")) {
                     return Ok("/root".to_owned());
+                }
+                if let Some(upper) = self.upper_dir().await? {
+                    return Ok(upper.home().to_string_lossy().into_owned());
                 }
                 let argv = vec!["sh".into(), "-c".into(), "printf %s \"$HOME\"".into()];
                 let done = self.exec_collect(argv, None).await?;
@@ -390,7 +403,7 @@ impl DockerSandbox {
     async fn exec_collect(
         &self,
         argv: Vec<String>,
-        stdin: Option<TarStream>,
+        stdin: Option<Feed>,
     ) -> Result<Collected, SandboxError> {
         self.exec_collect_as(argv, stdin, None).await
     }
@@ -399,7 +412,7 @@ impl DockerSandbox {
     async fn exec_collect_as(
         &self,
         argv: Vec<String>,
-        stdin: Option<TarStream>,
+        stdin: Option<Feed>,
         user: Option<&str>,
     ) -> Result<Collected, SandboxError> {
         let slot = self.slot(Lane::Exec).await?;
@@ -411,7 +424,7 @@ impl DockerSandbox {
         &self,
         slot: Slot,
         argv: Vec<String>,
-        stdin: Option<TarStream>,
+        stdin: Option<Feed>,
         user: Option<&str>,
     ) -> Result<Collected, SandboxError> {
         let (exec_id, started) = self.launch(slot, argv, stdin.is_some(), user).await?;
@@ -422,9 +435,19 @@ impl DockerSandbox {
         else {
             return Err(SandboxError::Io("exec did not attach".into()));
         };
+        let (line_tx, line_rx) = oneshot::channel::<String>();
         let feed = async {
-            let Some(tar) = stdin else {
-                return Ok(None);
+            let tar = match stdin {
+                None => return Ok(None),
+                Some(Feed::Tar(tar)) => tar,
+                Some(Feed::AfterLine(make)) => match line_rx.await {
+                    Ok(line) => make(&line),
+                    // The command ended before its line: nothing to send.
+                    Err(_) => {
+                        let _ = input.shutdown().await;
+                        return Ok(None);
+                    }
+                },
             };
             let (stream, done) = tar.into_parts();
             futures::pin_mut!(stream);
@@ -454,9 +477,17 @@ impl DockerSandbox {
         };
         let collect = async {
             let (mut out, mut err) = (Vec::new(), Vec::new());
+            let mut line_tx = Some(line_tx);
             while let Some(item) = output.next().await {
                 match item {
-                    Ok(LogOutput::StdOut { message }) => out.extend_from_slice(&message),
+                    Ok(LogOutput::StdOut { message }) => {
+                        out.extend_from_slice(&message);
+                        if let Some(end) = out.iter().position(|&b| b == b'\n') {
+                            if let Some(tx) = line_tx.take() {
+                                let _ = tx.send(String::from_utf8_lossy(&out[..end]).into_owned());
+                            }
+                        }
+                    }
                     Ok(LogOutput::StdErr { message }) => err.extend_from_slice(&message),
                     Ok(_) => {}
                     Err(e) => return Err(container_error(self.name(), e)),
@@ -521,13 +552,15 @@ impl DockerSandbox {
         tokio::spawn(async move {
             let mut err = Vec::new();
             loop {
-                // Once the reader gave up (an entry over the limit, its deadline), kill the
-                // tar: the daemon would otherwise keep draining its output.
+                // Once the reader gave up (an entry over the limit, its deadline, or it has
+                // the one file it wanted), the tar is killed unless its stream ends on its
+                // own: the daemon would otherwise keep draining its output.
                 let item = tokio::select! {
                     item = output.next() => item,
                     () = tx.closed() => {
-                        drop(output);
-                        kill_abandoned(&shared, &name, user, &err).await;
+                        if !ends_soon(&mut output, &mut err).await {
+                            kill_abandoned(&shared, &name, user, &err).await;
+                        }
                         return;
                     }
                 };
@@ -535,8 +568,9 @@ impl DockerSandbox {
                 match item {
                     Ok(LogOutput::StdOut { message }) => {
                         if tx.send(Ok(message)).await.is_err() {
-                            drop(output);
-                            kill_abandoned(&shared, &name, user, &err).await;
+                            if !ends_soon(&mut output, &mut err).await {
+                                kill_abandoned(&shared, &name, user, &err).await;
+                            }
                             return;
                         }
                     }
@@ -583,7 +617,7 @@ impl DockerSandbox {
             let argv = ["tar", "-x", "-f", "-", "-C", "/", "--no-overwrite-dir"]
                 .map(String::from)
                 .to_vec();
-            let done = self.exec_collect(argv, Some(tar)).await?;
+            let done = self.exec_collect(argv, Some(Feed::Tar(tar))).await?;
             if done.code != 0 {
                 return Err(SandboxError::Io(format!(
                     "extracting into {abs} failed: {}",
@@ -609,6 +643,45 @@ impl DockerSandbox {
         let stats = packed?;
         uploaded.map_err(|e| archive_error(self.name(), abs, e))?;
         Ok(stats)
+    }
+
+    /// Writes `bytes` to `abs` on a tmpfs (out of the archive endpoint's sight) in one exec:
+    /// the shell prints the file's mode (kept when it exists) and whether its directory is
+    /// missing, then becomes the `tar` that extracts the entry packed with that mode.
+    async fn write_on_tmpfs(&self, abs: String, bytes: &[u8]) -> Result<bool, SandboxError> {
+        let script = "m=$(stat -c %a -- \"$1\" 2>/dev/null) || m=644; \
+                      [ -d \"$(dirname -- \"$1\")\" ] && c=0 || c=1; \
+                      printf '%s %s\\n' \"$m\" \"$c\"; \
+                      exec tar -x -f - -C / --no-overwrite-dir";
+        let argv = vec![
+            "sh".into(),
+            "-c".into(),
+            script.into(),
+            "sh".into(),
+            abs.clone(),
+        ];
+        let (data, name) = (bytes.to_vec(), abs[1..].to_owned());
+        let dirs_created = Arc::new(AtomicBool::new(false));
+        let created = Arc::clone(&dirs_created);
+        let make = move |line: &str| {
+            let mut fields = line.split_whitespace();
+            let mode = fields
+                .next()
+                .and_then(|m| u32::from_str_radix(m, 8).ok())
+                .unwrap_or(0o644);
+            created.store(fields.next() == Some("1"), Relaxed);
+            pack(PackSource::Bytes { data, name, mode })
+        };
+        let done = self
+            .exec_collect(argv, Some(Feed::AfterLine(Box::new(make))))
+            .await?;
+        if done.code != 0 {
+            return Err(SandboxError::Io(format!(
+                "extracting into {abs} failed: {}",
+                done.stderr
+            )));
+        }
+        Ok(dirs_created.load(Relaxed))
     }
 
     /// Downloads `abs` into `target`, following symbolic links for file targets.
@@ -855,6 +928,37 @@ async fn probe_upper(
     )
 }
 
+/// Whether an archive stream its reader left ends on its own within a few blocks and a
+/// moment: the tar of a single file has written its entry and end blocks by the time the
+/// reader has the file, and needs no exec to kill it.
+async fn ends_soon<S>(output: &mut S, stderr: &mut Vec<u8>) -> bool
+where
+    S: Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+{
+    /// A tar's end: two zero blocks, padded to its 10 KiB record, and a little more.
+    const TAIL_BYTES: usize = 64 << 10;
+    let mut left = TAIL_BYTES;
+    let drained = async {
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) => {
+                    left = left.saturating_sub(message.len());
+                    if left == 0 {
+                        return false;
+                    }
+                }
+                Ok(LogOutput::StdErr { message }) => stderr.extend_from_slice(&message),
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    tokio::time::timeout(DRAIN_MAX, drained)
+        .await
+        .unwrap_or(false)
+}
+
 /// Kills the `tar` of an abandoned archive stream, whose pid is the first line of its
 /// stderr (best effort, bounded by 10 s).
 async fn kill_abandoned(shared: &Shared, container: &str, user: Option<String>, stderr: &[u8]) {
@@ -988,30 +1092,13 @@ impl Sandbox for DockerSandbox {
         if abs == "/" {
             return Err(SandboxError::IsDirectory(path.to_owned()));
         }
-        let (mode, dirs_created) = if self.on_tmpfs(&abs) {
-            let script = "m=$(stat -c %a -- \"$1\" 2>/dev/null) || m=644; \
-                          [ -d \"$(dirname -- \"$1\")\" ] && echo \"$m 0\" || echo \"$m 1\"";
-            let argv = vec![
-                "sh".into(),
-                "-c".into(),
-                script.into(),
-                "sh".into(),
-                abs.clone(),
-            ];
-            let done = self.exec_collect(argv, None).await?;
-            let text = String::from_utf8_lossy(&done.stdout);
-            let mut fields = text.split_whitespace();
-            let mode = fields
-                .next()
-                .and_then(|m| u32::from_str_radix(m, 8).ok())
-                .unwrap_or(0o644);
-            (mode, fields.next() == Some("1"))
-        } else {
-            match self.stat(&abs).await? {
-                Some((_, true)) => return Err(SandboxError::IsDirectory(path.to_owned())),
-                Some((mode, false)) => (mode, false),
-                None => (0o644, self.stat(&parent_of(&abs)).await?.is_none()),
-            }
+        if self.on_tmpfs(&abs) {
+            return self.write_on_tmpfs(abs, bytes).await;
+        }
+        let (mode, dirs_created) = match self.stat(&abs).await? {
+            Some((_, true)) => return Err(SandboxError::IsDirectory(path.to_owned())),
+            Some((mode, false)) => (mode, false),
+            None => (0o644, self.stat(&parent_of(&abs)).await?.is_none()),
         };
         let tar = pack(PackSource::Bytes {
             data: bytes.to_vec(),
