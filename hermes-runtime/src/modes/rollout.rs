@@ -388,6 +388,7 @@ async fn run_attempt<A: EnvAccess>(
                 .with_spec(spec)
                 .in_group(group.cloned()),
         );
+        let warming = sandbox.warm();
         let mut armed = Armed::now();
         let clock = AgentClock::start();
         let (mut answered, seed) = match first {
@@ -436,6 +437,7 @@ async fn run_attempt<A: EnvAccess>(
         };
         // A rollout cut off by its time limit has no transcript to train on.
         let nodes = session.filter(|_| ran).map(|s| s.nodes());
+        warming.finish().await;
         release(&sandbox).await;
         Attempt {
             rollout: ScoredRollout {

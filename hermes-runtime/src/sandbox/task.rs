@@ -36,6 +36,29 @@ pub struct TaskSandbox {
     laid: OnceLock<SystemTime>,
 }
 
+/// A sandbox being made ahead of its first use ([`TaskSandbox::warm`]). Dropped unfinished
+/// (the rollout cancelled), the making stops.
+#[must_use = "finish it before the sandbox is released"]
+pub(crate) struct Warming(Option<tokio::task::JoinHandle<()>>);
+
+impl Warming {
+    /// Waits until the making ended (the sandbox made, or its failure recorded), so that the
+    /// release that follows finds what was made.
+    pub(crate) async fn finish(mut self) {
+        if let Some(making) = self.0.take() {
+            let _ = making.await;
+        }
+    }
+}
+
+impl Drop for Warming {
+    fn drop(&mut self) {
+        if let Some(making) = self.0.take() {
+            making.abort();
+        }
+    }
+}
+
 /// Most background-process records kept per rollout; past it the oldest is forgotten (were it
 /// still running it would then fire the process wire: a wrong wire, never a spared process).
 const OWN_RECORDS: usize = 4096;
@@ -228,6 +251,20 @@ impl TaskSandbox {
         self.cell.initialized()
     }
 
+    /// For a rollout of a group whose item declares a `prepare`: starts making its sandbox (a
+    /// copy of the group's prepared one) now, while the model's first turn runs, instead of at
+    /// the first tool call. Nothing otherwise: a sandbox no tool may use is not made.
+    pub(crate) fn warm(self: &Arc<Self>) -> Warming {
+        if self.group.is_none() || self.spec.prepare.is_none() {
+            return Warming(None);
+        }
+        let sandbox = Arc::clone(self);
+        Warming(Some(tokio::spawn(async move {
+            // A failure is recorded by `get` and met again by the first use.
+            let _ = sandbox.get().await;
+        })))
+    }
+
     /// Tears the sandbox down now (idempotent). Runs on a spawned task so that cancelling the
     /// caller cannot interrupt it halfway.
     pub async fn close(&self) -> Result<(), SandboxError> {
@@ -237,6 +274,51 @@ impl TaskSandbox {
         match tokio::spawn(async move { sandbox.teardown().await }).await {
             Ok(result) => result,
             Err(e) => Err(SandboxError::worker("teardown task", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sandbox::api::SetupCommand;
+    use crate::sandbox::LocalProvider;
+
+    fn prepared_spec() -> SandboxSpec {
+        SandboxSpec::default().with_prepare(SetupCommand {
+            name: "prepare".into(),
+            command: "echo prepared > p.txt".into(),
+            timeout: Duration::from_secs(60),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_group_copy_is_made_ahead_of_its_first_use_and_nothing_else_is() {
+        let provider: Arc<dyn SandboxProvider> = Arc::new(LocalProvider::new().unwrap());
+        let group = GroupFork::new(Arc::clone(&provider), 1);
+        let warmed = Arc::new(
+            TaskSandbox::new("warmed", Arc::clone(&provider))
+                .with_spec(prepared_spec())
+                .in_group(Some(Arc::clone(&group))),
+        );
+        warmed.warm().finish().await;
+        assert!(warmed.is_created(), "made before any tool asked");
+        let made = warmed.get().await.unwrap();
+        assert_eq!(made.read_file("p.txt").await.unwrap(), b"prepared\n");
+        warmed.close().await.unwrap();
+        group.close().await;
+        // Outside a group, or without a preparation, a sandbox is made at its first use only.
+        let alone =
+            Arc::new(TaskSandbox::new("alone", Arc::clone(&provider)).with_spec(prepared_spec()));
+        let plain = Arc::new(
+            TaskSandbox::new("plain", Arc::clone(&provider))
+                .in_group(Some(GroupFork::new(Arc::clone(&provider), 1))),
+        );
+        for sandbox in [alone, plain] {
+            sandbox.warm().finish().await;
+            assert!(!sandbox.is_created(), "{sandbox:?}");
         }
     }
 }

@@ -135,8 +135,8 @@ pub async fn list(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError
 }
 
 /// Removes orphaned containers (or, with `all`, every labelled container) and the groups'
-/// snapshot images of runs that are gone; returns the containers removed. An orphan container
-/// is removed only when a second listing confirms it.
+/// snapshot images of runs that are gone; returns the containers removed. An orphan (container
+/// or snapshot) is removed only when a second listing confirms it.
 pub async fn reap(docker: &Docker, all: bool) -> Result<Vec<ManagedContainer>, SandboxError> {
     let removed = reap_containers(docker, all).await?;
     // Then the snapshots, which the removed containers no longer use.
@@ -185,8 +185,8 @@ async fn reap_containers(
     Ok(removed)
 }
 
-/// Removes the groups' snapshot images of runs that hold no live lease (with `all`, every
-/// one); returns how many.
+/// Removes the groups' snapshot images of runs that hold no live lease, confirmed by a second
+/// listing (with `all`, every one); returns how many.
 async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxError> {
     let options = ListImagesOptions {
         all: false,
@@ -203,23 +203,25 @@ async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxErro
     if images.is_empty() {
         return Ok(0);
     }
-    // The runs that hold a live lease, as the listing judged them.
-    let live: HashSet<String> = if all {
-        HashSet::new()
-    } else {
-        list(docker)
-            .await?
-            .into_iter()
-            .filter(|c| c.owner_alive)
-            .filter_map(|c| c.owner.map(|o| o.run_id))
-            .collect()
-    };
-    let mut removed = 0;
-    for image in images {
-        let run = Owner::from_labels(&image.labels).map(|o| o.run_id);
-        if run.is_some_and(|r| live.contains(&r)) {
-            continue;
+    let run_of =
+        |image: &bollard::models::ImageSummary| Owner::from_labels(&image.labels).map(|o| o.run_id);
+    let mut doomed: Vec<_> = images.iter().collect();
+    if !all {
+        // As for containers, a second listing confirms the run is gone: a run whose lease
+        // connection dropped starts a new lease at once, and its groups still fork.
+        for pass in 0..2 {
+            if pass == 1 {
+                tokio::time::sleep(RECHECK_AFTER).await;
+            }
+            let live = live_runs(docker).await?;
+            doomed.retain(|image| !run_of(image).is_some_and(|r| live.contains(&r)));
+            if doomed.is_empty() {
+                return Ok(0);
+            }
         }
+    }
+    let mut removed = 0;
+    for image in doomed {
         match super::fork::remove_image(docker, &image.id).await {
             Ok(()) => removed += 1,
             Err(e) => warn!("reaper: {e}"),
@@ -229,6 +231,16 @@ async fn reap_snapshots(docker: &Docker, all: bool) -> Result<usize, SandboxErro
         info!("reaper: removed {removed} snapshot image(s) of runs that are gone");
     }
     Ok(removed)
+}
+
+/// The runs that hold a live lease, as the listing judges them.
+async fn live_runs(docker: &Docker) -> Result<HashSet<String>, SandboxError> {
+    Ok(list(docker)
+        .await?
+        .into_iter()
+        .filter(|c| c.owner_alive)
+        .filter_map(|c| c.owner.map(|o| o.run_id))
+        .collect())
 }
 
 async fn orphans(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError> {
