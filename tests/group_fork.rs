@@ -74,13 +74,14 @@ impl Forked {
         _run: &AgentResult,
         ctx: &ToolContext,
     ) -> Result<f64> {
-        // 1.0 only when the prepared file is there, this rollout's mark is the only one and
-        // the preparation's process did not come along.
+        // 1.0 only when the prepared file is there, this rollout's mark is the only one, the
+        // preparation's process did not come along, and the copy was made while the model's
+        // first turn ran.
         let out = ctx
-            .terminal("cat prepared.txt; ls mark-* | wc -l; cat seen.txt")
+            .terminal("cat prepared.txt; ls mark-* | wc -l; cat seen.txt early.txt")
             .await?;
         Ok(
-            if out.output.split_whitespace().collect::<Vec<_>>() == ["prepared", "1", "0"] {
+            if out.output.split_whitespace().collect::<Vec<_>>() == ["prepared", "1", "0", "1"] {
                 1.0
             } else {
                 0.0
@@ -89,8 +90,10 @@ impl Forked {
     }
 }
 
-/// Leaves a mark named by the shell's pid, and records whether the preparation's `sleep` runs
-/// (a killed one may linger as a zombie until its reaper collects it: that is not running).
+/// Leaves a mark named by the shell's pid, records whether the preparation's `sleep` runs (a
+/// killed one may linger as a zombie until its reaper collects it: that is not running), and
+/// whether the copy was made well before this first tool call: the server takes
+/// [`FIRST_TURN`] to answer, and a copy made at the call itself would be milliseconds old.
 fn model(request: &Value) -> Reply {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     if messages.iter().any(|m| m["role"] == "tool") {
@@ -100,16 +103,21 @@ fn model(request: &Value) -> Reply {
         content: String::new(),
         tool_calls: vec![(
             "terminal".into(),
-            json!({"command": "touch mark-$$; s=$(ps -o stat= -p $(cat sleep.pid)); case \"$s\" in ''|Z*) echo 0;; *) echo 1;; esac > seen.txt"})
+            json!({"command": "touch mark-$$; s=$(ps -o stat= -p $(cat sleep.pid)); case \"$s\" in ''|Z*) echo 0;; *) echo 1;; esac > seen.txt; \
+                awk -v made=$(find prepared.txt -printf %C@) -v now=$(date +%s.%N) 'BEGIN { print (now - made > 1.0) ? 1 : 0 }' > early.txt"})
                 .to_string(),
         )],
         reasoning: None,
     }
 }
 
+/// How long the scripted model takes to answer.
+const FIRST_TURN: Duration = Duration::from_secs(2);
+
 #[tokio::test]
 async fn a_group_prepares_once_and_each_rollout_starts_from_its_own_copy() {
     let server = ScriptedServer::start(model).await.unwrap();
+    server.set_delay(FIRST_TURN);
     let tmp = tempfile::tempdir().unwrap();
     let counter = run_counter();
     let _ = std::fs::remove_file(&counter);
@@ -159,8 +167,9 @@ async fn a_group_prepares_once_and_each_rollout_starts_from_its_own_copy() {
         assert_eq!(
             group["scores"],
             json!([1.0, 1.0, 1.0, 1.0]),
-            "every rollout saw the prepared files, only its own mark and no prepared process; \
-             the prepared pytest hook fired no tripwire"
+            "every rollout saw the prepared files, only its own mark and no prepared process, \
+             its copy made during the model's first turn; the prepared pytest hook fired no \
+             tripwire"
         );
     }
     let runs = std::fs::read_to_string(&counter).unwrap().lines().count();
