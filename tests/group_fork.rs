@@ -7,18 +7,15 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hermes_env::prelude::*;
-use hermes_runtime::app::{execute, parse_invocation, Resolved};
 use hermes_runtime::sandbox::tripwire::{self, Armed};
 use hermes_runtime::sandbox::{
     DockerProvider, ExecRequest, GroupFork, LocalProvider, Sandbox, SandboxProvider, SandboxSpec,
     SetupCommand, TaskSandbox,
 };
-use hermes_runtime::shutdown::Shutdown;
 use hermes_runtime::testing::{Reply, ScriptedServer};
 use serde_json::{json, Value};
 
@@ -124,38 +121,26 @@ async fn a_group_prepares_once_and_each_rollout_starts_from_its_own_copy() {
     let jsonl = tmp.path().join("groups.jsonl");
     let logs = common::logs::Logs::default();
     let _guard = logs.capture();
-    let args: Vec<OsString> = [
+    common::run_process::<Forked>(
         "forked",
-        "process",
-        "--env.total_steps",
-        "2",
-        "--env.group_size",
-        "4",
-        "--env.max_rollout_retries",
-        "0",
-        "--env.use_wandb",
-        "false",
-        "--env.terminal_backend",
-        "local",
-        // The preparation counts its runs in a host file, which a confined sandbox cannot write.
-        "--env.local_confinement",
-        "false",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
         &server.base_url(),
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let Some(Resolved::Run(cfg)) = parse_invocation::<Forked>("forked", args).unwrap() else {
-        panic!("a process invocation");
-    };
-    execute::<Forked>(*cfg, &Shutdown::new()).await.unwrap();
+        &jsonl,
+        &[
+            "--env.total_steps",
+            "2",
+            "--env.group_size",
+            "4",
+            "--env.max_rollout_retries",
+            "0",
+            "--env.terminal_backend",
+            "local",
+            // The preparation counts its runs in a host file, which a confined sandbox cannot
+            // write.
+            "--env.local_confinement",
+            "false",
+        ],
+    )
+    .await;
 
     let groups: Vec<Value> = std::fs::read_to_string(&jsonl)
         .unwrap()

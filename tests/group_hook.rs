@@ -7,13 +7,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::sync::Mutex;
 
 use common::logs::Logs;
 use hermes_env::prelude::*;
-use hermes_runtime::app::{execute, parse_invocation, Resolved};
-use hermes_runtime::shutdown::Shutdown;
 use hermes_runtime::testing::{Policy, Reply, ScriptedServer};
 use serde_json::Value;
 
@@ -130,40 +127,23 @@ async fn score_group_reshapes_drops_and_skips_in_a_process_run() {
     let server = ScriptedServer::start(model()).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("groups.jsonl");
-    let args: Vec<OsString> = [
-        "length-penalty",
-        "process",
-        "--env.total_steps",
-        "3",
-        "--env.group_size",
-        "3",
-        "--env.use_wandb",
-        "false",
-        "--env.include_messages",
-        "true",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
-        &server.base_url(),
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let Some(Resolved::Run(cfg)) =
-        parse_invocation::<LengthPenalty>("length-penalty", args).unwrap()
-    else {
-        panic!("a process invocation");
-    };
     let logs = Logs::default();
     {
         let _capture = logs.capture();
-        execute::<LengthPenalty>(*cfg, &Shutdown::new())
-            .await
-            .unwrap();
+        common::run_process::<LengthPenalty>(
+            "length-penalty",
+            &server.base_url(),
+            &jsonl,
+            &[
+                "--env.total_steps",
+                "3",
+                "--env.group_size",
+                "3",
+                "--env.include_messages",
+                "true",
+            ],
+        )
+        .await;
     }
     // Three items, one request with n = 3 each (single-turn groups): the skipped group was
     // not re-run.

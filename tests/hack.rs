@@ -254,33 +254,9 @@ async fn process_run(command: &'static str, extra: &[&str]) -> ProcessRun {
     let server = ScriptedServer::start(one_command(command)).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("groups.jsonl");
-    let mut args: Vec<OsString> = [
-        "guarded-verifier",
-        "process",
-        "--env.total_steps",
-        "1",
-        "--env.group_size",
-        "1",
-        "--env.use_wandb",
-        "false",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
-        &server.base_url(),
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    args.extend(extra.iter().map(OsString::from));
-    let Some(Resolved::Run(cfg)) = parse_invocation::<Guarded>("guarded-verifier", args).unwrap()
-    else {
-        panic!("a process invocation");
-    };
-    execute::<Guarded>(*cfg, &Shutdown::new()).await.unwrap();
+    let mut flags = vec!["--env.total_steps", "1", "--env.group_size", "1"];
+    flags.extend_from_slice(extra);
+    common::run_process::<Guarded>("guarded-verifier", &server.base_url(), &jsonl, &flags).await;
     let lines = |path: &Path| -> Vec<Value> {
         std::fs::read_to_string(path)
             .unwrap_or_default()

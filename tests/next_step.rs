@@ -6,12 +6,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::sync::Mutex;
 
 use hermes_env::prelude::*;
-use hermes_runtime::app::{execute, parse_invocation, Resolved};
-use hermes_runtime::shutdown::Shutdown;
 use hermes_runtime::testing::{Reply, ScriptedServer};
 use serde_json::{json, Value};
 
@@ -124,37 +121,24 @@ async fn next_step_continues_the_conversation_in_the_same_sandbox() {
     let server = ScriptedServer::start(model).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("groups.jsonl");
-    let args: Vec<OsString> = [
+    common::run_process::<TwoSteps>(
         "two-steps",
-        "process",
-        "--env.total_steps",
-        "2",
-        "--env.group_size",
-        "2",
-        "--env.max_rollout_retries",
-        "0",
-        "--env.use_wandb",
-        "false",
-        "--env.include_messages",
-        "true",
-        "--env.terminal_backend",
-        "local",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
         &server.base_url(),
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let Some(Resolved::Run(cfg)) = parse_invocation::<TwoSteps>("two-steps", args).unwrap() else {
-        panic!("a process invocation");
-    };
-    execute::<TwoSteps>(*cfg, &Shutdown::new()).await.unwrap();
+        &jsonl,
+        &[
+            "--env.total_steps",
+            "2",
+            "--env.group_size",
+            "2",
+            "--env.max_rollout_retries",
+            "0",
+            "--env.include_messages",
+            "true",
+            "--env.terminal_backend",
+            "local",
+        ],
+    )
+    .await;
 
     let groups = lines(&jsonl);
     assert_eq!(

@@ -93,6 +93,43 @@ impl Harness {
     }
 }
 
+/// Runs `E`'s `process` mode in this process, as its binary `bin` would: against the
+/// OpenAI-style server at `base_url` (no health check), without W&B, its groups saved to
+/// `jsonl`; `flags` follow (the run's size, backend and what the test is about).
+pub async fn run_process<E: hermes_runtime::env::Environment>(
+    bin: &str,
+    base_url: &str,
+    jsonl: &std::path::Path,
+    flags: &[&str],
+) {
+    use hermes_runtime::app::{execute, parse_invocation, Resolved};
+    let common = [
+        bin,
+        "process",
+        "--env.use_wandb",
+        "false",
+        "--openai.server_type",
+        "openai",
+        "--openai.health_check",
+        "false",
+        "--openai.base_url",
+        base_url,
+        "--env.data_path_to_save_groups",
+        jsonl.to_str().expect("a UTF-8 path"),
+    ];
+    let args = common
+        .iter()
+        .chain(flags)
+        .map(std::ffi::OsString::from)
+        .collect();
+    let Some(Resolved::Run(cfg)) = parse_invocation::<E>(bin, args).unwrap() else {
+        panic!("a process invocation");
+    };
+    execute::<E>(*cfg, &hermes_runtime::shutdown::Shutdown::new())
+        .await
+        .unwrap();
+}
+
 /// The example binary built by `cargo test` (examples are built before tests run).
 pub fn example_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
