@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::path::Path;
 
 use hermes_env::prelude::*;
 use hermes_env::RewardOutcome;
-use hermes_runtime::app::{execute, parse_invocation, Resolved};
-use hermes_runtime::shutdown::Shutdown;
 use hermes_runtime::testing::{
     exploit_library, HackOptions, Kit, Policy, ReferenceBook, ReferencePolicy, Reply,
     ScriptedServer,
@@ -345,28 +342,13 @@ async fn evaluate_scores_a_tampered_item_at_tampered_reward() {
     let server = ScriptedServer::start(policy).await.unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let evals = tmp.path().join("evals");
-    let args: Vec<OsString> = [
+    common::run_mode::<Guarded>(
         "guarded-verifier",
         "evaluate",
-        "--env.use_wandb",
-        "false",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
         &server.base_url(),
-        "--env.data_dir_to_save_evals",
-        evals.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let Some(Resolved::Run(cfg)) = parse_invocation::<Guarded>("guarded-verifier", args).unwrap()
-    else {
-        panic!("an evaluate invocation");
-    };
-    execute::<Guarded>(*cfg, &Shutdown::new()).await.unwrap();
+        &["--env.data_dir_to_save_evals", evals.to_str().unwrap()],
+    )
+    .await;
     let metrics: Value =
         serde_json::from_str(&std::fs::read_to_string(evals.join("metrics.json")).unwrap())
             .unwrap();

@@ -6,20 +6,17 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use common::logs::Logs;
 use hermes_env::prelude::*;
-use hermes_runtime::app::{execute, parse_invocation, Resolved};
 use hermes_runtime::config::{ApiServerConfig, HermesEnvConfig, ServerType};
 use hermes_runtime::env::{FailureKind, RewardOutcome};
 use hermes_runtime::llm::{ChatTokenizer, GenerateClient, Phase2, RetryPolicy};
 use hermes_runtime::modes::{collect_group, Runtime, TokenSource};
 use hermes_runtime::sandbox::{LocalProvider, Sandbox, SandboxError, SandboxProvider, SandboxSpec};
-use hermes_runtime::shutdown::Shutdown;
 use hermes_runtime::testing::{Policy, Reply, ScriptedServer};
 use hermes_runtime::tools::ToolSet;
 use serde_json::{json, Value};
@@ -110,38 +107,19 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
 async fn process(base_url: &str, extra: &[&str]) -> (Vec<Value>, Logs) {
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("groups.jsonl");
-    let mut args: Vec<String> = [
-        "single-turn",
-        "process",
+    let mut flags = vec![
         "--env.total_steps",
         "2",
         "--env.group_size",
         "4",
-        "--env.use_wandb",
-        "false",
         "--env.llm_retries",
         "0",
-        "--openai.server_type",
-        "openai",
-        "--openai.health_check",
-        "false",
-        "--openai.base_url",
-        base_url,
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().unwrap(),
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-    let args: Vec<OsString> = args.into_iter().map(OsString::from).collect();
-    let Some(Resolved::Run(cfg)) = parse_invocation::<SingleTurn>("single-turn", args).unwrap()
-    else {
-        panic!("a process invocation");
-    };
+    ];
+    flags.extend_from_slice(extra);
     let logs = Logs::default();
     {
         let _capture = logs.capture();
-        execute::<SingleTurn>(*cfg, &Shutdown::new()).await.unwrap();
+        common::run_process::<SingleTurn>("single-turn", base_url, &jsonl, &flags).await;
     }
     (lines(&jsonl), logs)
 }

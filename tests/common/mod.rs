@@ -102,10 +102,26 @@ pub async fn run_process<E: hermes_runtime::env::Environment>(
     jsonl: &std::path::Path,
     flags: &[&str],
 ) {
+    let saved = [
+        "--env.data_path_to_save_groups",
+        jsonl.to_str().expect("a UTF-8 path"),
+    ];
+    let flags: Vec<&str> = saved.iter().chain(flags).copied().collect();
+    run_mode::<E>(bin, "process", base_url, &flags).await;
+}
+
+/// Runs `E`'s `mode` (`process`, `evaluate`) in this process, as its binary `bin` would:
+/// against the OpenAI-style server at `base_url` (no health check), without W&B, with `flags`.
+pub async fn run_mode<E: hermes_runtime::env::Environment>(
+    bin: &str,
+    mode: &str,
+    base_url: &str,
+    flags: &[&str],
+) {
     use hermes_runtime::app::{execute, parse_invocation, Resolved};
     let common = [
         bin,
-        "process",
+        mode,
         "--env.use_wandb",
         "false",
         "--openai.server_type",
@@ -114,8 +130,6 @@ pub async fn run_process<E: hermes_runtime::env::Environment>(
         "false",
         "--openai.base_url",
         base_url,
-        "--env.data_path_to_save_groups",
-        jsonl.to_str().expect("a UTF-8 path"),
     ];
     let args = common
         .iter()
@@ -123,7 +137,7 @@ pub async fn run_process<E: hermes_runtime::env::Environment>(
         .map(std::ffi::OsString::from)
         .collect();
     let Some(Resolved::Run(cfg)) = parse_invocation::<E>(bin, args).unwrap() else {
-        panic!("a process invocation");
+        panic!("a {mode} invocation");
     };
     execute::<E>(*cfg, &hermes_runtime::shutdown::Shutdown::new())
         .await

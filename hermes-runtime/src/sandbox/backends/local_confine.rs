@@ -491,8 +491,6 @@ impl SandboxCgroup {
 
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
-        self.kill();
-        wait_empty(&self.dir);
-        let _ = std::fs::remove_dir(&self.dir);
+        remove_cgroup(&self.dir);
     }
 }

@@ -58,7 +58,6 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(600);
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, SandboxError>> + Send>>;
 
-/// What a helper command produced.
 /// What a helper command reads on stdin.
 enum Feed {
     /// A tar stream, sent as the command starts.
@@ -67,6 +66,7 @@ enum Feed {
     AfterLine(Box<dyn FnOnce(&str) -> TarStream + Send>),
 }
 
+/// What a helper command produced.
 struct Collected {
     stdout: Vec<u8>,
     stderr: String,
@@ -482,9 +482,10 @@ impl DockerSandbox {
                 match item {
                     Ok(LogOutput::StdOut { message }) => {
                         out.extend_from_slice(&message);
-                        if let Some(end) = out.iter().position(|&b| b == b'\n') {
-                            if let Some(tx) = line_tx.take() {
-                                let _ = tx.send(String::from_utf8_lossy(&out[..end]).into_owned());
+                        if line_tx.is_some() {
+                            if let Some(end) = out.iter().position(|&b| b == b'\n') {
+                                let line = String::from_utf8_lossy(&out[..end]).into_owned();
+                                let _ = line_tx.take().map(|tx| tx.send(line));
                             }
                         }
                     }
@@ -661,15 +662,8 @@ impl DockerSandbox {
             abs.clone(),
         ];
         let (data, name) = (bytes.to_vec(), abs[1..].to_owned());
-        let dirs_created = Arc::new(AtomicBool::new(false));
-        let created = Arc::clone(&dirs_created);
         let make = move |line: &str| {
-            let mut fields = line.split_whitespace();
-            let mode = fields
-                .next()
-                .and_then(|m| u32::from_str_radix(m, 8).ok())
-                .unwrap_or(0o644);
-            created.store(fields.next() == Some("1"), Relaxed);
+            let (mode, _) = tmpfs_probe(line);
             pack(PackSource::Bytes { data, name, mode })
         };
         let done = self
@@ -681,7 +675,8 @@ impl DockerSandbox {
                 done.stderr
             )));
         }
-        Ok(dirs_created.load(Relaxed))
+        let line = String::from_utf8_lossy(&done.stdout);
+        Ok(tmpfs_probe(line.lines().next().unwrap_or_default()).1)
     }
 
     /// Downloads `abs` into `target`, following symbolic links for file targets.
@@ -926,6 +921,17 @@ async fn probe_upper(
             }
         },
     )
+}
+
+/// The file's mode (644 when it is new) and whether its directory is missing, from the line
+/// `write_on_tmpfs`'s shell prints.
+fn tmpfs_probe(line: &str) -> (u32, bool) {
+    let mut fields = line.split_whitespace();
+    let mode = fields
+        .next()
+        .and_then(|m| u32::from_str_radix(m, 8).ok())
+        .unwrap_or(0o644);
+    (mode, fields.next() == Some("1"))
 }
 
 /// Whether an archive stream its reader left ends on its own within a few blocks and a
