@@ -1,8 +1,9 @@
 //! Sandboxes on several Docker hosts (`--env.docker_hosts`), against real extra daemons this
 //! test starts itself (tests/common/dockerd.rs): placement uses every host, a host that stops
 //! answering is marked down within seconds and its sandboxes fail as infrastructure failures,
-//! new sandboxes avoid it, a full run survives losing a host at full reward, and what a lost
-//! host kept is removed once it answers again.
+//! new sandboxes avoid it, a full run survives losing a host at full reward, what a lost
+//! host kept is removed once it answers again, and a group's copies come from one snapshot per
+//! host they fill.
 
 mod common;
 
@@ -15,7 +16,8 @@ use common::dockerd::Dockerd;
 use common::example_bin;
 use hermes_runtime::sandbox::docker::DockerHosts;
 use hermes_runtime::sandbox::{
-    DockerSettings, ExecRequest, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    DockerSettings, ExecRequest, GroupFork, Sandbox, SandboxError, SandboxProvider, SandboxSpec,
+    SetupCommand, TaskSandbox,
 };
 
 /// One test at a time: each starts daemons, and the 2-core machine stays responsive.
@@ -53,8 +55,9 @@ async fn echo(sandbox: &dyn Sandbox) -> Result<String, SandboxError> {
     Ok(out.output.trim().to_owned())
 }
 
+/// Sandbox containers on `d`, in any state.
 fn sandboxes(d: &Dockerd) -> usize {
-    d.cli(&["ps", "-q", "--filter", "label=hermes-env.role=sandbox"])
+    d.cli(&["ps", "-aq", "--filter", "label=hermes-env.role=sandbox"])
         .lines()
         .count()
 }
@@ -149,6 +152,96 @@ fn placement_fills_both_hosts_and_a_hung_host_is_left_then_cleaned_on_return() {
         }
         drop(again);
         drop(hosts);
+    });
+}
+
+/// The group's snapshot images on `d`.
+fn snapshots(d: &Dockerd) -> usize {
+    d.cli(&["images", "-q", "--filter", "label=hermes-env.role=snapshot"])
+        .lines()
+        .count()
+}
+
+#[test]
+fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() {
+    serially(async {
+        let a = Dockerd::start("fork-a");
+        let b = Dockerd::start("fork-b");
+        let hosts = Arc::new(
+            DockerHosts::connect(on(&[&a, &b], 3))
+                .await
+                .expect("connect two hosts"),
+        );
+        let provider: Arc<dyn SandboxProvider> = hosts.clone();
+        let group = GroupFork::new(Arc::clone(&provider), 1);
+        let spec = SandboxSpec::default().with_prepare(SetupCommand {
+            name: "preparation".into(),
+            command: "set -e; echo prepared > /opt/prepared".into(),
+            timeout: Duration::from_secs(60),
+        });
+        let member = |i: usize| {
+            TaskSandbox::new(format!("fleet-copy-{i}"), Arc::clone(&provider))
+                .with_spec(spec.clone())
+                .in_group(Some(Arc::clone(&group)))
+        };
+        let run = |sandbox: Arc<dyn Sandbox>, command: &'static str| async move {
+            let out = sandbox
+                .exec(ExecRequest::new(command, Duration::from_secs(30)))
+                .await
+                .expect("exec");
+            out.output.trim().to_owned()
+        };
+        // Three copies fit on the host prepared first: it takes them all, and the other host
+        // prepares nothing (placement by free room alone would have split them).
+        let members: Vec<TaskSandbox> = (0..3).map(member).collect();
+        let mut made = Vec::new();
+        for m in &members {
+            made.push(Arc::clone(m.get().await.expect("a copy")));
+        }
+        let (on_a, on_b) = (snapshots(&a), snapshots(&b));
+        assert_eq!(on_a + on_b, 1, "one preparation for three copies");
+        assert!(
+            hosts.in_use() == vec![3, 0] || hosts.in_use() == vec![0, 3],
+            "the copies share the prepared host: {:?}",
+            hosts.in_use()
+        );
+        // The fourth finds that host full: the other one prepares and takes it.
+        let fourth = member(3);
+        made.push(Arc::clone(fourth.get().await.expect("a fourth copy")));
+        assert_eq!(
+            (snapshots(&a), snapshots(&b)),
+            (1, 1),
+            "one snapshot per host"
+        );
+        let mut in_use = hosts.in_use();
+        in_use.sort();
+        assert_eq!(in_use, vec![1, 3]);
+        // Every copy holds the prepared file, and a change to one reaches no sibling.
+        for sandbox in &made {
+            assert_eq!(
+                run(Arc::clone(sandbox), "cat /opt/prepared").await,
+                "prepared"
+            );
+        }
+        run(Arc::clone(&made[0]), "echo changed > /opt/prepared").await;
+        for sandbox in &made[1..] {
+            assert_eq!(
+                run(Arc::clone(sandbox), "cat /opt/prepared").await,
+                "prepared"
+            );
+        }
+        drop(made);
+        for m in members.iter().chain([&fourth]) {
+            m.close().await.expect("close");
+        }
+        group.close().await;
+        assert_eq!(
+            (snapshots(&a), snapshots(&b)),
+            (0, 0),
+            "the snapshots go with the group"
+        );
+        // What is left is each host's lease, which the run's end removes.
+        assert_eq!((sandboxes(&a), sandboxes(&b)), (0, 0), "sandboxes left");
     });
 }
 
@@ -334,7 +427,8 @@ fn a_run_survives_a_host_killed_mid_run_at_full_reward() {
     assert_eq!(
         b.wait_until_clean(Duration::from_secs(15)),
         Vec::<String>::new(),
-        "left on the returned host (it kept {kept:?}; reap said {reaped})"
+        "left on the returned host (it kept {kept:?}; reap said {reaped}); its log:\n{}",
+        b.log_tail()
     );
     eprintln!("b kept {kept:?} after its restart; reap: {reaped}");
     std::fs::write(

@@ -120,9 +120,8 @@ impl GroupFork {
             Ok(None) => {
                 if !UNFORKABLE_SAID.swap(true, Ordering::Relaxed) {
                     info!(
-                        "this sandbox backend cannot copy a prepared sandbox (a fleet of Docker \
-                         hosts places each rollout on its own; local, ssh and a single Docker \
-                         daemon can): each rollout runs the item's prepare itself"
+                        "this sandbox backend cannot copy a prepared sandbox: each rollout runs \
+                         the item's prepare itself"
                     );
                 }
                 State::Unforkable

@@ -3,6 +3,9 @@
 //! answering host with the most free room, and a probe per host that marks a host down as soon
 //! as it stops answering (its sandboxes then fail at once, so their rollouts are retried on the
 //! other hosts) and, when it answers again, removes what it kept before taking new sandboxes.
+//! A group's prepared sandbox is a snapshot per host its rollouts land on
+//! ([`FleetSnapshot`]): prepared on the first, and on another only when the hosts that hold
+//! one are full.
 
 use std::future::Future;
 use std::path::Path;
@@ -13,14 +16,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::models::SystemInfo;
 use bollard::Docker;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OnceCell};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::lifecycle::remove_live_at;
 use super::{reaper, DockerProvider, DockerSettings};
 use crate::sandbox::api::{
-    ExecOutput, ExecRequest, Sandbox, SandboxProvider, SandboxSpec, Transfer,
+    ExecOutput, ExecRequest, Prepared, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
 use crate::sandbox::change_scan::ChangeScan;
 use crate::sandbox::error::SandboxError;
@@ -77,6 +80,8 @@ impl Host {
 
 /// A place on a host, given back (and a waiting creation woken) when dropped.
 struct Slot {
+    /// The host's position in `--env.docker_hosts`.
+    index: usize,
     host: Arc<Host>,
     freed: Arc<Notify>,
 }
@@ -88,17 +93,93 @@ impl Drop for Slot {
     }
 }
 
-/// Sandboxes spread over several Docker daemons by free room; see the module doc.
-pub struct DockerHosts {
+/// The hosts and the placement over them, shared by the provider and the groups' snapshots.
+struct Fleet {
     hosts: Vec<Arc<Host>>,
     freed: Arc<Notify>,
     placing: Mutex<()>,
+}
+
+impl Fleet {
+    /// Takes a place on an answering host with free room: one `preferred` says yes to if any
+    /// has room, else the one with the most free room (`None`: all are full or down).
+    fn reserve(&self, preferred: &(dyn Fn(usize) -> bool + Sync)) -> Option<Slot> {
+        let _placing = self.placing.lock().unwrap_or_else(|e| e.into_inner());
+        let (index, host) = self
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_up() && h.free() > 0)
+            .max_by_key(|(i, h)| {
+                (
+                    preferred(*i),
+                    h.free(),
+                    std::cmp::Reverse(h.in_use.load(Ordering::SeqCst)),
+                )
+            })?;
+        host.in_use.fetch_add(1, Ordering::SeqCst);
+        Some(Slot {
+            index,
+            host: Arc::clone(host),
+            freed: Arc::clone(&self.freed),
+        })
+    }
+
+    /// Waits for a place (see [`Fleet::reserve`]); fails at once when every host is down.
+    async fn slot(&self, preferred: &(dyn Fn(usize) -> bool + Sync)) -> Result<Slot, SandboxError> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = self.reserve(preferred) {
+                return Ok(slot);
+            }
+            if !self.hosts.iter().any(|h| h.is_up()) {
+                let names: Vec<&str> = self.hosts.iter().map(|h| h.name()).collect();
+                return Err(SandboxError::Daemon(format!(
+                    "every Docker host is down ({}); sandboxes resume when one answers again",
+                    names.join(", ")
+                )));
+            }
+            freed.await;
+        }
+    }
+
+    /// Makes a sandbox with `make` on a place `preferred` leads to; a host that fails it and
+    /// no longer answers is marked down and the next place is tried (once per host).
+    async fn place<F, Fut>(
+        &self,
+        preferred: &(dyn Fn(usize) -> bool + Sync),
+        make: F,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError>
+    where
+        F: Fn(Arc<Host>, usize) -> Fut,
+        Fut: Future<Output = Result<Arc<dyn Sandbox>, SandboxError>>,
+    {
+        let mut lost = 0;
+        loop {
+            let slot = self.slot(preferred).await?;
+            match make(Arc::clone(&slot.host), slot.index).await {
+                Ok(inner) => return Ok(Arc::new(PlacedSandbox { inner, slot })),
+                Err(e) if e.is_infra() && lost < self.hosts.len() && !slot.host.answers().await => {
+                    slot.host.mark_down(&e.to_string());
+                    lost += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Sandboxes spread over several Docker daemons by free room; see the module doc.
+pub struct DockerHosts {
+    fleet: Arc<Fleet>,
     probes: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for DockerHosts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hosts: Vec<&str> = self.hosts.iter().map(|h| h.name()).collect();
+        let hosts: Vec<&str> = self.fleet.hosts.iter().map(|h| h.name()).collect();
         f.debug_struct("DockerHosts")
             .field("hosts", &hosts)
             .finish()
@@ -126,26 +207,37 @@ impl DockerHosts {
             .map(|h| tokio::spawn(probe(Arc::clone(h), Arc::clone(&freed))))
             .collect();
         Ok(DockerHosts {
-            hosts,
-            freed,
-            placing: Mutex::new(()),
+            fleet: Arc::new(Fleet {
+                hosts,
+                freed,
+                placing: Mutex::new(()),
+            }),
             probes,
         })
     }
 
     /// The bollard clients of the hosts, in `--env.docker_hosts` order.
     pub fn dockers(&self) -> Vec<&Docker> {
-        self.hosts.iter().map(|h| h.provider.docker()).collect()
+        self.fleet
+            .hosts
+            .iter()
+            .map(|h| h.provider.docker())
+            .collect()
     }
 
     /// The run ids of the hosts' providers (one lease per host), in host order.
     pub fn run_ids(&self) -> Vec<&str> {
-        self.hosts.iter().map(|h| h.provider.run_id()).collect()
+        self.fleet
+            .hosts
+            .iter()
+            .map(|h| h.provider.run_id())
+            .collect()
     }
 
     /// How many sandboxes each host holds now, in host order.
     pub fn in_use(&self) -> Vec<usize> {
-        self.hosts
+        self.fleet
+            .hosts
             .iter()
             .map(|h| h.in_use.load(Ordering::SeqCst))
             .collect()
@@ -153,43 +245,7 @@ impl DockerHosts {
 
     /// Whether each host is up (answered its last probe), in host order.
     pub fn up(&self) -> Vec<bool> {
-        self.hosts.iter().map(|h| h.is_up()).collect()
-    }
-
-    /// Takes a place on the answering host with the most free room (`None`: all are full or
-    /// down).
-    fn reserve(&self) -> Option<Slot> {
-        let _placing = self.placing.lock().unwrap_or_else(|e| e.into_inner());
-        let host = self
-            .hosts
-            .iter()
-            .filter(|h| h.is_up() && h.free() > 0)
-            .max_by_key(|h| (h.free(), std::cmp::Reverse(h.in_use.load(Ordering::SeqCst))))?;
-        host.in_use.fetch_add(1, Ordering::SeqCst);
-        Some(Slot {
-            host: Arc::clone(host),
-            freed: Arc::clone(&self.freed),
-        })
-    }
-
-    /// Waits for a place; fails at once when every host is down.
-    async fn slot(&self) -> Result<Slot, SandboxError> {
-        loop {
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if let Some(slot) = self.reserve() {
-                return Ok(slot);
-            }
-            if !self.hosts.iter().any(|h| h.is_up()) {
-                let names: Vec<&str> = self.hosts.iter().map(|h| h.name()).collect();
-                return Err(SandboxError::Daemon(format!(
-                    "every Docker host is down ({}); sandboxes resume when one answers again",
-                    names.join(", ")
-                )));
-            }
-            freed.await;
-        }
+        self.fleet.hosts.iter().map(|h| h.is_up()).collect()
     }
 }
 
@@ -208,18 +264,91 @@ impl SandboxProvider for DockerHosts {
         task_id: &str,
         spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        let mut lost = 0;
-        loop {
-            let slot = self.slot().await?;
-            match slot.host.provider.create(task_id, spec).await {
-                Ok(inner) => return Ok(Arc::new(PlacedSandbox { inner, slot })),
-                Err(e) if e.is_infra() && lost < self.hosts.len() && !slot.host.answers().await => {
-                    slot.host.mark_down(&e.to_string());
-                    lost += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.fleet
+            .place(&|_| false, |host, _| async move {
+                host.provider.create(task_id, spec).await
+            })
+            .await
+    }
+
+    /// Prepares on the host with the most free room now; other hosts prepare their own
+    /// snapshot when a rollout of the group first lands there ([`FleetSnapshot`]).
+    async fn prepare(
+        &self,
+        group: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Option<Arc<dyn Prepared>>, SandboxError> {
+        let snapshot = FleetSnapshot {
+            fleet: Arc::clone(&self.fleet),
+            group: group.to_owned(),
+            spec: spec.clone(),
+            on_host: self.fleet.hosts.iter().map(|_| OnceCell::new()).collect(),
+        };
+        let first = self.fleet.slot(&|_| false).await?;
+        let prepared = snapshot.on(first.index).await;
+        drop(first);
+        prepared?;
+        Ok(Some(Arc::new(snapshot)))
+    }
+}
+
+/// A group's prepared sandbox over a fleet: one snapshot per host the group's rollouts
+/// landed on. A fork goes to a host holding one while any has room (a copy there costs no
+/// preparation); only when they are all full is another host prepared, so a group of N on
+/// hosts of room R prepares about N / R times at most, not N.
+struct FleetSnapshot {
+    fleet: Arc<Fleet>,
+    group: String,
+    spec: SandboxSpec,
+    /// Per host (in host order), its snapshot once prepared there.
+    on_host: Vec<OnceCell<Arc<dyn Prepared>>>,
+}
+
+impl FleetSnapshot {
+    /// The group's snapshot on host `index`, prepared there now if it is not yet.
+    async fn on(&self, index: usize) -> Result<&Arc<dyn Prepared>, SandboxError> {
+        self.on_host[index]
+            .get_or_try_init(|| async {
+                let host = &self.fleet.hosts[index];
+                let prepared = host.provider.prepare(&self.group, &self.spec).await?;
+                prepared.ok_or_else(|| {
+                    SandboxError::Create(format!(
+                        "Docker host {} cannot copy a prepared sandbox",
+                        host.name()
+                    ))
+                })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Prepared for FleetSnapshot {
+    async fn fork(
+        &self,
+        task_id: &str,
+        spec: &SandboxSpec,
+    ) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let holds = |index: usize| self.on_host[index].initialized();
+        self.fleet
+            .place(&holds, |_, index| async move {
+                self.on(index).await?.fork(task_id, spec).await
+            })
+            .await
+    }
+
+    /// Removes the snapshot on every host that holds one; a host that does not answer keeps
+    /// its copy until the end of the run reaps it (or the next run's reaper).
+    async fn remove(&self) -> Result<(), SandboxError> {
+        let removals = self
+            .fleet
+            .hosts
+            .iter()
+            .zip(&self.on_host)
+            .filter_map(|(host, cell)| cell.get().map(|p| (host, p)))
+            .filter(|(host, _)| host.is_up())
+            .map(|(_, prepared)| prepared.remove());
+        futures::future::try_join_all(removals).await.map(|_| ())
     }
 }
 

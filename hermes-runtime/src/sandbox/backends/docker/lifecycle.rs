@@ -300,7 +300,8 @@ pub async fn remove_live_at(docker: &Docker, host: &str) -> (usize, usize) {
 }
 
 /// Waits until another caller's removal of `name` has finished (Docker's own `removed` wait
-/// condition), so "removed" always means the daemon no longer lists it.
+/// condition), then confirms the container is gone: that removal may have failed (the wait
+/// then carries its error), leaving the container behind, dead.
 async fn wait_removed(docker: &Docker, name: &str) -> Result<(), SandboxError> {
     use futures::StreamExt as _;
     let options = WaitContainerOptionsBuilder::new()
@@ -311,23 +312,44 @@ async fn wait_removed(docker: &Docker, name: &str) -> Result<(), SandboxError> {
         docker.wait_container(name, Some(options)).next(),
     )
     .await;
-    match waited {
-        // The stream ends, or reports the exit status (an error for a non-zero one), once the
-        // container is gone; a 404 means it already was.
-        Ok(None | Some(Ok(_)))
-        | Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })))
-        | Ok(Some(Err(bollard::errors::Error::DockerResponseServerError {
+    let why = match waited {
+        Err(_) => {
+            return Err(SandboxError::Daemon(format!(
+                "removing {name}: the removal in progress did not finish within {}s",
+                REMOVE_TIMEOUT.as_secs()
+            )))
+        }
+        Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { error, .. }))) => error,
+        Ok(Some(Ok(response))) => response.error.and_then(|e| e.message).unwrap_or_default(),
+        Ok(Some(Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404,
             ..
-        }))) => Ok(()),
-        Ok(Some(Err(e))) => Err(SandboxError::docker(
-            format!("removing {name}: waiting for the removal in progress"),
+        })))
+        | Ok(None) => String::new(),
+        Ok(Some(Err(e))) => {
+            return Err(SandboxError::docker(
+                format!("removing {name}: waiting for the removal in progress"),
+                e,
+            ))
+        }
+    };
+    match docker.inspect_container(name, None).await {
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Ok(_) => Err(SandboxError::Daemon(format!(
+            "removing {name}: the daemon's removal in progress failed{}; the container is \
+             still there",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            }
+        ))),
+        Err(e) => Err(SandboxError::docker(
+            format!("removing {name}: checking that the removal in progress finished"),
             e,
         )),
-        Err(_) => Err(SandboxError::Daemon(format!(
-            "removing {name}: the removal in progress did not finish within {}s",
-            REMOVE_TIMEOUT.as_secs()
-        ))),
     }
 }
 
@@ -339,23 +361,39 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<(), Sandbox
         v: true,
         ..Default::default()
     };
-    let result =
-        tokio::time::timeout(REMOVE_TIMEOUT, docker.remove_container(name, Some(options))).await;
-    match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        })) => Ok(()),
-        // "removal already in progress": someone else is removing it; done once it is gone.
-        Ok(Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 409,
-            message,
-        })) if message.contains("already in progress") => wait_removed(docker, name).await,
-        Ok(Err(e)) => Err(SandboxError::docker(format!("removing {name}"), e)),
-        Err(_) => Err(SandboxError::Daemon(format!(
-            "removing {name}: no answer within {}s",
-            REMOVE_TIMEOUT.as_secs()
-        ))),
+    // A second try when someone else's removal in progress failed and left it there.
+    let mut tries = 2;
+    loop {
+        tries -= 1;
+        let result = tokio::time::timeout(
+            REMOVE_TIMEOUT,
+            docker.remove_container(name, Some(options.clone())),
+        )
+        .await;
+        return match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            })) => Ok(()),
+            // "removal already in progress": someone else is removing it; done once it is gone.
+            Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            })) if message.contains("already in progress") => {
+                match wait_removed(docker, name).await {
+                    Err(e) if tries > 0 => {
+                        debug!("{e}; removing it again");
+                        continue;
+                    }
+                    waited => waited,
+                }
+            }
+            Ok(Err(e)) => Err(SandboxError::docker(format!("removing {name}"), e)),
+            Err(_) => Err(SandboxError::Daemon(format!(
+                "removing {name}: no answer within {}s",
+                REMOVE_TIMEOUT.as_secs()
+            ))),
+        };
     }
 }
 
@@ -520,6 +558,44 @@ impl Drop for ContainerGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A daemon that answers a removal as Docker does when another removal is in progress and
+    /// then fails: 409, then a `removed` wait carrying the error, the container still there.
+    /// `second` is the status of the next removal.
+    async fn removal_failing_daemon(second: &'static str) -> (Docker, super::super::fake::Seen) {
+        let mut deletes = 0;
+        super::super::fake::daemon(move |line| {
+            if line.starts_with("DELETE") {
+                deletes += 1;
+                if deletes == 1 {
+                    let body = r#"{"message":"removal of container c is already in progress"}"#;
+                    return ("409 Conflict", body.into());
+                }
+                return (second, String::new());
+            }
+            if line.contains("/wait") {
+                let body =
+                    r#"{"StatusCode":137,"Error":{"Message":"unable to remove filesystem"}}"#;
+                return ("200 OK", body.into());
+            }
+            ("200 OK", r#"{"Id":"c","State":{"Status":"dead"}}"#.into())
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_removal_in_progress_that_failed_is_not_taken_for_done() {
+        // Its own removal then succeeds: removed.
+        let (docker, seen) = removal_failing_daemon("204 No Content").await;
+        remove_container(&docker, "c")
+            .await
+            .expect("removed on the second try");
+        assert_eq!(seen.methods(), ["DELETE", "POST", "GET", "DELETE"]);
+        // Its own removal fails too: an error naming the daemon's reason, never "removed".
+        let (docker, _) = removal_failing_daemon("500 Internal Server Error").await;
+        let err = remove_container(&docker, "c").await.unwrap_err();
+        assert!(err.to_string().contains("removing c"), "{err}");
+    }
 
     #[test]
     fn every_run_gets_its_own_id_and_this_process_start_time() {

@@ -8,6 +8,8 @@
 
 mod budget;
 mod egress;
+#[cfg(test)]
+mod fake;
 mod fork;
 mod hosts;
 mod lease;

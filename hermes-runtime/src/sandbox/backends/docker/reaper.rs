@@ -163,19 +163,27 @@ async fn reap_containers(
             .collect()
     };
     let removals = targets.iter().map(|c| async move {
+        if is_listed_only(docker, &c.id).await {
+            return Err(true);
+        }
         match remove_container(docker, &c.id).await {
-            Ok(()) => Some(c.clone()),
+            Ok(()) => Ok(c.clone()),
             Err(e) => {
                 warn!("reaper: {e}");
-                None
+                Err(false)
             }
         }
     });
-    let removed: Vec<ManagedContainer> = futures::future::join_all(removals)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let results = futures::future::join_all(removals).await;
+    let ghosts = results.iter().filter(|r| matches!(r, Err(true))).count();
+    if ghosts > 0 {
+        warn!(
+            "reaper: the daemon lists {ghosts} container(s) it cannot find by id (entries a \
+             daemon restart left while their removal was in progress); there is nothing of them \
+             to remove through its API"
+        );
+    }
+    let removed: Vec<ManagedContainer> = results.into_iter().flatten().collect();
     if !removed.is_empty() {
         info!(
             "reaper: removed {} orphaned sandbox container(s) of runs that are gone",
@@ -243,6 +251,18 @@ async fn live_runs(docker: &Docker) -> Result<HashSet<String>, SandboxError> {
         .collect())
 }
 
+/// True when the daemon's listing shows `id` but the daemon cannot find it (a 404 on
+/// inspection): a listing entry, not a container.
+async fn is_listed_only(docker: &Docker, id: &str) -> bool {
+    matches!(
+        docker.inspect_container(id, None).await,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        })
+    )
+}
+
 async fn orphans(docker: &Docker) -> Result<Vec<ManagedContainer>, SandboxError> {
     let now = unix_now();
     Ok(list(docker)
@@ -301,6 +321,30 @@ impl Drop for Periodic {
 mod tests {
     use super::*;
     use crate::sandbox::backends::docker::ROLE_SANDBOX;
+
+    #[tokio::test]
+    async fn a_listed_container_the_daemon_cannot_find_is_not_reported_removed() {
+        // A container of a release before leases, its deadline passed: an orphan, listed
+        // (dead, nameless) but unknown to every request by id.
+        let (docker, seen) = super::super::fake::daemon(|line| {
+            if line.contains("/containers/json") {
+                let listed = r#"[{"Id":"ghost","Names":[],"Image":"i","State":"dead","Created":1,"Labels":{"hermes-env":"1","hermes-env.deadline":"1"}}]"#;
+                return ("200 OK", listed.into());
+            }
+            if line.contains("/images/json") {
+                return ("200 OK", "[]".into());
+            }
+            ("404 Not Found", r#"{"message":"No such container: ghost"}"#.into())
+        })
+        .await;
+        let removed = reap(&docker, false).await.expect("reap");
+        assert!(removed.is_empty(), "{removed:?}");
+        assert!(
+            !seen.methods().iter().any(|m| m == "DELETE"),
+            "{:?}",
+            seen.lines()
+        );
+    }
 
     fn container(role: &str, state: &str, owner: Option<Owner>, alive: bool) -> ManagedContainer {
         ManagedContainer {
