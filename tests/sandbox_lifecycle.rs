@@ -2,7 +2,8 @@
 //! with `--env.terminal_backend docker`, and no labelled container survives a normal run, a
 //! panic in `compute_reward`, SIGINT mid-run (twice), SIGKILL with nothing restarted (the
 //! watchdog), SIGKILL of the run and its watchdog (the daemon-side lifetime; the reaper of an
-//! immediate restart). `sandbox list|reap` shows and removes orphans by hand.
+//! immediate restart); the watchdog of a dead run removes its groups' snapshots too.
+//! `sandbox list|reap` shows and removes orphans by hand.
 
 mod common;
 
@@ -246,6 +247,69 @@ fn sigkill_with_nothing_restarted_leaves_no_container_within_60s() {
             panic!("60 s after SIGKILL, containers remain: {left:?} (at the kill: {before:?})")
         }
     }
+}
+
+/// A killed run's pipe to its watchdog ends without a goodbye (the test above): the watchdog
+/// then removes the run's containers and its groups' snapshot images.
+#[test]
+fn a_dead_runs_watchdog_removes_its_containers_and_group_snapshots() {
+    let _serial = serial();
+    require_docker();
+    let run = format!("watchdog{}", &uuid_like()[..8]);
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let run_label = format!("hermes-env.run-id={run}");
+    // A container of the run, committed as a group's snapshot is (its labels and the role).
+    let container = docker(&[
+        "create",
+        "--label",
+        "hermes-env=1",
+        "--label",
+        &run_label,
+        IMAGE,
+        "true",
+    ]);
+    let snapshot = format!("hermes-env-snapshot:{run}");
+    docker(&[
+        "commit",
+        "--change",
+        "LABEL hermes-env.role=snapshot",
+        &container,
+        &snapshot,
+    ]);
+    let mut watchdog = Command::new(example_bin("terminal_test"))
+        .args(["sandbox", "watch", "--run-id", &run])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the watchdog");
+    drop(watchdog.stdin.take());
+    let start = Instant::now();
+    let left = loop {
+        let left = (
+            docker(&["ps", "-aq", "--filter", &format!("label={run_label}")]),
+            docker(&["images", "-q", &snapshot]),
+        );
+        if left == (String::new(), String::new()) || start.elapsed() > Duration::from_secs(20) {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = watchdog.kill();
+    let _ = watchdog.wait();
+    assert_eq!(
+        left,
+        (String::new(), String::new()),
+        "the run's container and snapshot are gone within 20 s"
+    );
 }
 
 /// Kills the run and its watchdog at once (as a kill of the whole process tree would).
