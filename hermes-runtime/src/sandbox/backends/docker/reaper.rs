@@ -322,6 +322,65 @@ mod tests {
     use super::*;
     use crate::sandbox::backends::docker::ROLE_SANDBOX;
 
+    /// The labels of run `r`'s containers and images, as JSON.
+    fn run_labels(r: &str, role: &str) -> String {
+        format!(
+            r#"{{"hermes-env":"1","hermes-env.role":"{role}","hermes-env.run-id":"{r}","hermes-env.owner-pid":"1","hermes-env.owner-start":"1","hermes-env.owner-host":"h"}}"#
+        )
+    }
+
+    /// A daemon holding run `r`'s group snapshot and no container of it, until the listing
+    /// numbered `lease_from` (1-based) and after, which shows the run's lease running.
+    async fn snapshot_daemon(lease_from: usize) -> super::super::fake::Seen {
+        let mut listings = 0;
+        let (docker, seen) = super::super::fake::daemon(move |line| {
+            if line.contains("/containers/json") {
+                listings += 1;
+                if listings < lease_from {
+                    return ("200 OK", "[]".into());
+                }
+                let lease = format!(
+                    r#"[{{"Id":"lease","Names":["/hermes-lease-r"],"Image":"i","State":"running","Created":{},"Labels":{}}}]"#,
+                    unix_now(),
+                    run_labels("r", ROLE_LEASE)
+                );
+                return ("200 OK", lease);
+            }
+            if line.contains("/images/json") {
+                let image = format!(
+                    r#"[{{"Id":"sha256:s","ParentId":"","RepoTags":["hermes-env-snapshot:r-g"],"RepoDigests":[],"Created":1,"Size":1,"SharedSize":-1,"VirtualSize":1,"Labels":{},"Containers":-1}}]"#,
+                    run_labels("r", ROLE_SNAPSHOT)
+                );
+                return ("200 OK", image);
+            }
+            ("200 OK", "[]".into())
+        })
+        .await;
+        reap(&docker, false).await.expect("reap");
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_whose_run_takes_a_lease_between_the_listings_is_kept() {
+        // Listings: containers (none: nothing to reap), then the snapshots' runs twice; the
+        // lease is back at the second of those.
+        let seen = snapshot_daemon(3).await;
+        assert!(
+            !seen.methods().iter().any(|m| m == "DELETE"),
+            "{:?}",
+            seen.lines()
+        );
+        // Gone at both listings: removed.
+        let seen = snapshot_daemon(usize::MAX).await;
+        assert!(
+            seen.lines()
+                .iter()
+                .any(|l| l.starts_with("DELETE") && l.contains("/images/")),
+            "{:?}",
+            seen.lines()
+        );
+    }
+
     #[tokio::test]
     async fn a_listed_container_the_daemon_cannot_find_is_not_reported_removed() {
         // A container of a release before leases, its deadline passed: an orphan, listed
