@@ -246,6 +246,60 @@ fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() 
 }
 
 #[test]
+fn a_group_whose_prepared_host_is_lost_prepares_on_another() {
+    serially(async {
+        let mut a = Dockerd::start("lost-a");
+        let mut b = Dockerd::start("lost-b");
+        let hosts = Arc::new(
+            DockerHosts::connect(on(&[&a, &b], 2))
+                .await
+                .expect("connect two hosts"),
+        );
+        let provider: Arc<dyn SandboxProvider> = hosts.clone();
+        let group = GroupFork::new(Arc::clone(&provider), 1);
+        let spec = SandboxSpec::default().with_prepare(SetupCommand {
+            name: "preparation".into(),
+            command: "set -e; echo prepared > /opt/prepared".into(),
+            timeout: Duration::from_secs(60),
+        });
+        let member = |i: usize| {
+            TaskSandbox::new(format!("lost-copy-{i}"), Arc::clone(&provider))
+                .with_spec(spec.clone())
+                .in_group(Some(Arc::clone(&group)))
+        };
+        let first = member(0);
+        first.get().await.expect("a copy");
+        let prepared_on_a = snapshots(&a) == 1;
+        let (lost, other) = if prepared_on_a {
+            (&mut a, &b)
+        } else {
+            (&mut b, &a)
+        };
+        assert_eq!(snapshots(other), 0, "one preparation so far");
+        lost.kill();
+        // The next copy cannot go to the lost host: the other one prepares and takes it.
+        let second = member(1);
+        let copy = second.get().await.expect("a copy on the other host");
+        let out = copy
+            .exec(ExecRequest::new(
+                "cat /opt/prepared",
+                Duration::from_secs(30),
+            ))
+            .await
+            .expect("exec");
+        assert_eq!(out.output.trim(), "prepared");
+        assert_eq!(snapshots(other), 1, "prepared on the host that answers");
+        let up = hosts.up();
+        assert_eq!(up.iter().filter(|u| **u).count(), 1, "{up:?}");
+        let _ = first.close().await;
+        second.close().await.expect("close");
+        group.close().await;
+        assert_eq!(snapshots(other), 0, "its snapshot goes with the group");
+        assert_eq!(sandboxes(other), 0, "sandboxes left");
+    });
+}
+
+#[test]
 fn a_host_without_the_image_is_named_with_the_fix() {
     serially(async {
         let a = Dockerd::start("noimage");
