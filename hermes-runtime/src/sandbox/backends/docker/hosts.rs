@@ -310,6 +310,14 @@ impl FleetSnapshot {
         self.on_host[index]
             .get_or_try_init(|| async {
                 let host = &self.fleet.hosts[index];
+                if self.on_host.iter().any(OnceCell::initialized) {
+                    info!(
+                        "group {}: its prepared hosts are full or down; preparing it on Docker \
+                         host {} too",
+                        self.group,
+                        host.name()
+                    );
+                }
                 let prepared = host.provider.prepare(&self.group, &self.spec).await?;
                 prepared.ok_or_else(|| {
                     SandboxError::Create(format!(
@@ -348,7 +356,12 @@ impl Prepared for FleetSnapshot {
             .filter_map(|(host, cell)| cell.get().map(|p| (host, p)))
             .filter(|(host, _)| host.is_up())
             .map(|(_, prepared)| prepared.remove());
-        futures::future::try_join_all(removals).await.map(|_| ())
+        // Every removal runs to its end; the first failure is the answer.
+        futures::future::join_all(removals)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(|_| ())
     }
 }
 
