@@ -162,13 +162,20 @@ fn snapshots(d: &Dockerd) -> usize {
         .count()
 }
 
-#[test]
-fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() {
-    serially(async {
-        let a = Dockerd::start("fork-a");
-        let b = Dockerd::start("fork-b");
+/// Two hosts with room for `per_host` sandboxes each and one group whose items prepare
+/// `/opt/prepared` once per host.
+struct FleetGroup {
+    hosts: Arc<DockerHosts>,
+    provider: Arc<dyn SandboxProvider>,
+    group: Arc<GroupFork>,
+    spec: SandboxSpec,
+    prefix: &'static str,
+}
+
+impl FleetGroup {
+    async fn on(a: &Dockerd, b: &Dockerd, per_host: usize, prefix: &'static str) -> Self {
         let hosts = Arc::new(
-            DockerHosts::connect(on(&[&a, &b], 3))
+            DockerHosts::connect(on(&[a, b], per_host))
                 .await
                 .expect("connect two hosts"),
         );
@@ -179,11 +186,30 @@ fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() 
             command: "set -e; echo prepared > /opt/prepared".into(),
             timeout: Duration::from_secs(60),
         });
-        let member = |i: usize| {
-            TaskSandbox::new(format!("fleet-copy-{i}"), Arc::clone(&provider))
-                .with_spec(spec.clone())
-                .in_group(Some(Arc::clone(&group)))
-        };
+        Self {
+            hosts,
+            provider,
+            group,
+            spec,
+            prefix,
+        }
+    }
+
+    /// The group's `i`th rollout sandbox (made at its first use).
+    fn member(&self, i: usize) -> TaskSandbox {
+        TaskSandbox::new(format!("{}-{i}", self.prefix), Arc::clone(&self.provider))
+            .with_spec(self.spec.clone())
+            .in_group(Some(Arc::clone(&self.group)))
+    }
+}
+
+#[test]
+fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() {
+    serially(async {
+        let a = Dockerd::start("fork-a");
+        let b = Dockerd::start("fork-b");
+        let fleet = FleetGroup::on(&a, &b, 3, "fleet-copy").await;
+        let (hosts, group, member) = (&fleet.hosts, &fleet.group, |i| fleet.member(i));
         let run = |sandbox: Arc<dyn Sandbox>, command: &'static str| async move {
             let out = sandbox
                 .exec(ExecRequest::new(command, Duration::from_secs(30)))
@@ -250,23 +276,8 @@ fn a_group_whose_prepared_host_is_lost_prepares_on_another() {
     serially(async {
         let mut a = Dockerd::start("lost-a");
         let mut b = Dockerd::start("lost-b");
-        let hosts = Arc::new(
-            DockerHosts::connect(on(&[&a, &b], 2))
-                .await
-                .expect("connect two hosts"),
-        );
-        let provider: Arc<dyn SandboxProvider> = hosts.clone();
-        let group = GroupFork::new(Arc::clone(&provider), 1);
-        let spec = SandboxSpec::default().with_prepare(SetupCommand {
-            name: "preparation".into(),
-            command: "set -e; echo prepared > /opt/prepared".into(),
-            timeout: Duration::from_secs(60),
-        });
-        let member = |i: usize| {
-            TaskSandbox::new(format!("lost-copy-{i}"), Arc::clone(&provider))
-                .with_spec(spec.clone())
-                .in_group(Some(Arc::clone(&group)))
-        };
+        let fleet = FleetGroup::on(&a, &b, 2, "lost-copy").await;
+        let (hosts, group, member) = (&fleet.hosts, &fleet.group, |i| fleet.member(i));
         let first = member(0);
         first.get().await.expect("a copy");
         let prepared_on_a = snapshots(&a) == 1;

@@ -257,6 +257,58 @@ asyncio.run(main())
     assert_eq!(out[1]["third"], "user");
 }
 
+/// `--max-sessions` beyond what the process's open-file limit can hold is said at start, with
+/// the knobs, before any session fails for it.
+#[test]
+fn more_sessions_than_open_files_allow_is_said_at_start() {
+    use std::os::unix::process::CommandExt;
+    let log = tempfile::NamedTempFile::new().expect("log file");
+    let mut command = Command::new(common::example_bin("terminal_test"));
+    command
+        .args(["openenv", "--port", "0", "--max-sessions", "200"])
+        .args(["--env.terminal_backend", "local"])
+        .stdout(Stdio::piped())
+        .stderr(log.reopen().expect("log file"));
+    // SAFETY: setrlimit(2) only, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 512,
+                rlim_max: 512,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let mut child = command.spawn().expect("spawn terminal_test openenv");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(log.path()).unwrap_or_default();
+    assert!(
+        line.starts_with("openenv listening on "),
+        "{line:?}\n{stderr}"
+    );
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("--max-sessions 200"))
+        .collect();
+    assert_eq!(warned.len(), 1, "one line:\n{stderr}");
+    for said in [
+        "limit of 512",
+        "Too many open files",
+        "ulimit -Hn",
+        "lower --max-sessions",
+    ] {
+        assert!(warned[0].contains(said), "{said:?} in {}", warned[0]);
+    }
+}
+
 /// A client that opens an episode, runs one command in its sandbox, says `READY` and waits.
 const MID_EPISODE: &str = r#"
 import asyncio, sys

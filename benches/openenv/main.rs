@@ -13,12 +13,15 @@
 //! Per server and level: sessions that ended with reward 1.0 (success), p50 / p99 latency of
 //! the echo steps and of the final answer (client-side, send to reply), the server's CPU per
 //! message and cores used (its user + system time over the wall), its peak resident memory
-//! (`VmHWM`) and growth per session, and sessions per core (sessions / cores used).
+//! (`VmHWM`) and growth per session, and sessions per core (sessions / cores used). At the end,
+//! each server's capacity: its most sessions per core at a level it kept up with (see
+//! `Capacity`), and the ratio of the Rust server's to openenv-core's.
 //!
 //! Each level runs the Rust server twice: `rust` as above, `rust-echo` with a verifier that
 //! does no sandbox work (the Python environment's work, so no sandbox is made).
 //!
-//! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096 --steps 8 --think-ms 1000`,
+//! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096,8192 --steps 8 --think-ms 1000
+//! --capacity-p99-ms 100`,
 //! `-- --only rust` (both Rust rows), `rust-echo` or `python`). The first run makes `target/openenv-venv` (openenv-core
 //! 0.3.0 from PyPI, as the test suite does).
 
@@ -417,13 +420,15 @@ fn quantile(v: &mut [Duration], q: f64) -> f64 {
 fn bench() -> anyhow::Result<()> {
     let limit = hermes_runtime::app::raise_descriptor_limit();
     let levels: Vec<usize> = arg_value("--levels")
-        .unwrap_or_else(|| "256,1024,4096".into())
+        .unwrap_or_else(|| "256,1024,4096,8192".into())
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let steps: usize = arg_value("--steps").map_or(Ok(8), |v| v.parse())?;
     let think = Duration::from_millis(arg_value("--think-ms").map_or(Ok(1000), |v| v.parse())?);
     let only = arg_value("--only");
+    let bound = arg_value("--capacity-p99-ms").map_or(Ok(100.0), |v| v.parse::<f64>())?;
+    let mut capacity = Capacity::new(bound);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -452,6 +457,12 @@ fn bench() -> anyhow::Result<()> {
     for &n in &levels {
         for which in ["rust", "rust-echo", "python"] {
             if only.as_deref().is_some_and(|o| !which.starts_with(o)) {
+                continue;
+            }
+            if let Some(past) = capacity.past(which) {
+                println!(
+                    "{which:>9} {n:>9}   skipped: past its capacity at {past} sessions (step p99 over {bound} ms)"
+                );
                 continue;
             }
             let server = match which {
@@ -488,6 +499,13 @@ fn bench() -> anyhow::Result<()> {
                 hwm.saturating_sub(rss0) as f64 / n as f64,
                 n as f64 / cores.max(1e-9),
             );
+            capacity.record(
+                which,
+                n,
+                result.ok as f64 / result.sessions as f64,
+                s99,
+                n as f64 / cores.max(1e-9),
+            );
             if let Some(why) = &result.first_failure {
                 println!(
                     "         {} failed; the first: {}",
@@ -502,5 +520,64 @@ fn bench() -> anyhow::Result<()> {
     );
     println!("cpu/msg = the server process's user+system time / messages (reset, steps, final); cores = that time / wall;");
     println!("peak MB = the server's VmHWM; KB/session = (VmHWM - RSS before the load) / sessions; sessions/core = sessions / cores");
+    capacity.report();
     Ok(())
+}
+
+/// Each server's capacity: its most sessions per core at a level where it kept up (at least
+/// 99.9 % of sessions at reward 1.0 and a step p99 within the bound). Sessions per core at
+/// one level alone flatters a server that could not keep up: its sessions slow down to its
+/// pace (openenv-core at 4,096 answered steps in up to 2.4 s), so it spends its core on
+/// fewer messages than the level asks; a level past the bound ends that server's climb.
+struct Capacity {
+    bound_ms: f64,
+    /// Per server: the best level within the bound (sessions, sessions per core).
+    best: Vec<(&'static str, usize, f64)>,
+    /// Per server: the first level past the bound.
+    past: Vec<(&'static str, usize)>,
+}
+
+impl Capacity {
+    fn new(bound_ms: f64) -> Self {
+        Self {
+            bound_ms,
+            best: Vec::new(),
+            past: Vec::new(),
+        }
+    }
+
+    fn past(&self, which: &str) -> Option<usize> {
+        self.past.iter().find(|(w, _)| *w == which).map(|p| p.1)
+    }
+
+    fn record(&mut self, which: &'static str, n: usize, success: f64, p99_ms: f64, per_core: f64) {
+        // A NaN p99 (no step answered) is past the bound too.
+        if success < 0.999 || p99_ms.is_nan() || p99_ms > self.bound_ms {
+            self.past.push((which, n));
+            return;
+        }
+        match self.best.iter_mut().find(|(w, _, _)| *w == which) {
+            Some(b) if b.2 >= per_core => {}
+            Some(b) => *b = (which, n, per_core),
+            None => self.best.push((which, n, per_core)),
+        }
+    }
+
+    fn report(&self) {
+        println!(
+            "capacity = a server's most sessions/core at a level with >= 99.9% success and step p99 <= {} ms:",
+            self.bound_ms
+        );
+        for (which, n, per_core) in &self.best {
+            println!("  {which:>9}: {per_core:.0} sessions/core (at {n} sessions)");
+        }
+        let of = |w: &str| self.best.iter().find(|b| b.0 == w).map(|b| b.2);
+        if let Some(python) = of("python") {
+            for rust in ["rust", "rust-echo"] {
+                if let Some(r) = of(rust) {
+                    println!("  {rust} / python: {:.1}x", r / python);
+                }
+            }
+        }
+    }
 }

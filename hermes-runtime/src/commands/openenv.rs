@@ -101,7 +101,60 @@ pub(super) fn serving_options<E: Environment>(
         },
         grace,
     };
+    let limit = crate::app::raise_descriptor_limit();
+    if let Some(line) = descriptor_shortfall(options.limits.max_sessions, limit) {
+        tracing::warn!("{line}");
+    }
     Ok((cfg, options))
+}
+
+/// Open files one busy session can hold at once: its socket, its sandbox's (a local one's
+/// Landlock ruleset, a persistent shell's three pipes). 4,096 local sessions verifying at once
+/// peaked at about two each.
+const FILES_PER_SESSION: usize = 5;
+
+/// Files this process keeps besides its sessions (the listener, the runtime's, logs).
+const FILES_BESIDES: usize = 64;
+
+/// A warning when `max_sessions` busy sessions could open more files than the process may
+/// (`limit`): past that, a session's sandbox fails to open a file (a failure of that
+/// episode, never a reward), so the user hears it at start instead of mid-run.
+fn descriptor_shortfall(max_sessions: usize, limit: u64) -> Option<String> {
+    let needed = max_sessions
+        .saturating_mul(FILES_PER_SESSION)
+        .saturating_add(FILES_BESIDES);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    (limit > 0 && needed > limit).then(|| {
+        format!(
+            "--max-sessions {max_sessions}: busy sessions can hold up to {FILES_PER_SESSION} open files each \
+             (the socket, the sandbox's), {needed} in all, over this process's limit of {limit}: from about \
+             {} busy sessions on, a new sandbox can fail with \"Too many open files\" (a failure, never \
+             a reward); raise the limit (ulimit -Hn; LimitNOFILE= under systemd) or lower --max-sessions",
+            limit.saturating_sub(FILES_BESIDES) / FILES_PER_SESSION
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::descriptor_shortfall;
+
+    #[test]
+    fn sessions_that_could_run_out_of_descriptors_are_said_at_start() {
+        assert_eq!(descriptor_shortfall(64, 1024), None, "the default fits");
+        assert_eq!(descriptor_shortfall(3_000, 20_000), None);
+        let line = descriptor_shortfall(8_192, 20_000).expect("a shortfall");
+        assert!(line.contains("--max-sessions 8192"), "{line}");
+        assert!(line.contains("41024 in all"), "{line}");
+        assert!(line.contains("limit of 20000"), "{line}");
+        assert!(line.contains("from about 3987 busy sessions on"), "{line}");
+        assert!(line.contains("ulimit -Hn"), "{line}");
+        assert!(
+            descriptor_shortfall(usize::MAX, 20_000).is_some(),
+            "no overflow"
+        );
+        assert_eq!(descriptor_shortfall(10, 0), None, "an unknown limit");
+    }
 }
 
 /// Runs `openenv` for environment `E` until `shutdown` is requested.

@@ -348,14 +348,22 @@ impl Prepared for FleetSnapshot {
     /// Removes the snapshot on every host that holds one; a host that does not answer keeps
     /// its copy until the end of the run reaps it (or the next run's reaper).
     async fn remove(&self) -> Result<(), SandboxError> {
-        let removals = self
+        let held = self
             .fleet
             .hosts
             .iter()
             .zip(&self.on_host)
-            .filter_map(|(host, cell)| cell.get().map(|p| (host, p)))
-            .filter(|(host, _)| host.is_up())
-            .map(|(_, prepared)| prepared.remove());
+            .filter_map(|(host, cell)| cell.get().map(|p| (host, p)));
+        let (up, down): (Vec<_>, Vec<_>) = held.partition(|(host, _)| host.is_up());
+        for (host, _) in &down {
+            warn!(
+                "group {}: Docker host {} does not answer, so its snapshot of the group stays \
+                 there until the run's end removes it (or `sandbox reap` after the run)",
+                self.group,
+                host.name()
+            );
+        }
+        let removals = up.into_iter().map(|(_, prepared)| prepared.remove());
         // Every removal runs to its end; the first failure is the answer.
         futures::future::join_all(removals)
             .await
