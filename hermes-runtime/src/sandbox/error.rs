@@ -129,18 +129,24 @@ pub enum SandboxError {
 impl SandboxError {
     /// True for failures of the infrastructure rather than of the requested operation.
     pub fn is_infra(&self) -> bool {
-        matches!(
-            self,
+        match self {
             SandboxError::Create(_)
-                | SandboxError::CreateIo { .. }
-                | SandboxError::CreateStep { .. }
-                | SandboxError::CreateDocker { .. }
-                | SandboxError::ImageMissing { .. }
-                | SandboxError::Gone(_)
-                | SandboxError::ContainerGone { .. }
-                | SandboxError::Daemon(_)
-                | SandboxError::Docker { .. }
-        )
+            | SandboxError::CreateIo { .. }
+            | SandboxError::CreateStep { .. }
+            | SandboxError::CreateDocker { .. }
+            | SandboxError::ImageMissing { .. }
+            | SandboxError::Gone(_)
+            | SandboxError::ContainerGone { .. }
+            | SandboxError::Daemon(_)
+            | SandboxError::Docker { .. } => true,
+            // This process ran out of descriptors or memory: no command of the model's can
+            // cause that (its commands are processes of their own), so it is never its fault.
+            SandboxError::HostIo { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+            ),
+            _ => false,
+        }
     }
 
     /// An I/O failure of `doing` on this host.
@@ -162,5 +168,24 @@ impl SandboxError {
     /// A failed thread or task of the operation.
     pub(crate) fn worker(doing: &'static str, source: tokio::task::JoinError) -> Self {
         SandboxError::Worker { doing, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_out_of_descriptors_or_memory_is_the_infrastructure() {
+        let host =
+            |errno| SandboxError::host_io("verdict.txt", io::Error::from_raw_os_error(errno));
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOMEM] {
+            assert!(host(errno).is_infra(), "errno {errno}");
+        }
+        // What a command of the model's can cause stays the operation's own failure.
+        for errno in [libc::EACCES, libc::ENOSPC, libc::EROFS, libc::ENOTDIR] {
+            assert!(!host(errno).is_infra(), "errno {errno}");
+        }
+        assert!(!SandboxError::NotFound("x".into()).is_infra());
     }
 }
