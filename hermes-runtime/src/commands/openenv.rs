@@ -117,7 +117,7 @@ const FILES_PER_SESSION: usize = 5;
 const FILES_BESIDES: usize = 64;
 
 /// A warning when `max_sessions` busy sessions could open more files than the process may
-/// (`limit`): past that, a session's sandbox fails to open a file (a failure of that
+/// (`limit`): past that, a session's sandbox fails to open a file (a sandbox failure of that
 /// episode, never a reward), so the user hears it at start instead of mid-run.
 fn descriptor_shortfall(max_sessions: usize, limit: u64) -> Option<String> {
     let needed = max_sessions
@@ -128,8 +128,8 @@ fn descriptor_shortfall(max_sessions: usize, limit: u64) -> Option<String> {
         format!(
             "--max-sessions {max_sessions}: busy sessions can hold up to {FILES_PER_SESSION} open files each \
              (the socket, the sandbox's), {needed} in all, over this process's limit of {limit}: from about \
-             {} busy sessions on, a new sandbox can fail with \"Too many open files\" (a failure, never \
-             a reward); raise the limit (ulimit -Hn; LimitNOFILE= under systemd) or lower --max-sessions",
+             {} busy sessions on, a new sandbox can fail with \"Too many open files\" (a sandbox failure, \
+             never a reward); raise the limit (ulimit -Hn; LimitNOFILE= under systemd) or lower --max-sessions",
             limit.saturating_sub(FILES_BESIDES) / FILES_PER_SESSION
         )
     })

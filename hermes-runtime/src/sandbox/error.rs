@@ -139,12 +139,11 @@ impl SandboxError {
             | SandboxError::ContainerGone { .. }
             | SandboxError::Daemon(_)
             | SandboxError::Docker { .. } => true,
-            // This process ran out of descriptors or memory: no command of the model's can
-            // cause that (its commands are processes of their own), so it is never its fault.
-            SandboxError::HostIo { source, .. } => matches!(
-                source.raw_os_error(),
-                Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
-            ),
+            // This process (or the host) ran out of open files: a command of the model's is a
+            // process of its own, with descriptors of its own, so it is never the model's fault.
+            SandboxError::HostIo { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+            }
             _ => false,
         }
     }
@@ -176,10 +175,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_out_of_descriptors_or_memory_is_the_infrastructure() {
+    fn this_process_out_of_open_files_is_the_infrastructure() {
         let host =
             |errno| SandboxError::host_io("verdict.txt", io::Error::from_raw_os_error(errno));
-        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOMEM] {
+        for errno in [libc::EMFILE, libc::ENFILE] {
             assert!(host(errno).is_infra(), "errno {errno}");
         }
         // What a command of the model's can cause stays the operation's own failure.
