@@ -101,11 +101,24 @@ pub(super) fn serving_options<E: Environment>(
         },
         grace,
     };
-    let limit = crate::app::raise_descriptor_limit();
-    if let Some(line) = descriptor_shortfall(options.limits.max_sessions, limit) {
+    if let Some(line) = descriptor_shortfall(options.limits.max_sessions, open_file_limit()) {
         tracing::warn!("{line}");
     }
     Ok((cfg, options))
+}
+
+/// This process's open-file limit (the generated `main` raised it to the hard limit at
+/// start); 0 when it cannot be read.
+fn open_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) only writes the struct we pass.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => limit.rlim_cur,
+        _ => 0,
+    }
 }
 
 /// Open files one busy session can hold at once: its socket, its sandbox's (a local one's
