@@ -56,18 +56,23 @@ async fn rollout(hosts: &DockerHosts, i: usize) -> Result<f64, String> {
     result
 }
 
-async fn measure(daemons: &[&Dockerd], concurrent: usize) {
-    let hosts = Arc::new(
+/// A fleet of `daemons` with room for `per_host` sandboxes each.
+async fn connect(daemons: &[&Dockerd], per_host: usize) -> Arc<DockerHosts> {
+    Arc::new(
         DockerHosts::connect(DockerSettings {
             hosts: daemons.iter().map(|d| d.host.clone()).collect(),
-            max_per_host: concurrent,
+            max_per_host: per_host,
             create_rate: 0.0,
             env_name: "hermes-env-bench".into(),
             ..DockerSettings::default()
         })
         .await
         .expect("connect"),
-    );
+    )
+}
+
+async fn measure(daemons: &[&Dockerd], concurrent: usize) {
+    let hosts = connect(daemons, concurrent).await;
     let start = Instant::now();
     let results = futures::future::join_all((0..concurrent).map(|i| {
         let hosts = Arc::clone(&hosts);
@@ -106,17 +111,7 @@ const ROOM: usize = 8;
 /// about 1 s of one core, on `daemons` with room for [`ROOM`] each: forked from the group's
 /// snapshots (`fork`) or each rollout preparing its own sandbox.
 async fn fleet_group(daemons: &[&Dockerd], fork: bool) {
-    let hosts = Arc::new(
-        DockerHosts::connect(DockerSettings {
-            hosts: daemons.iter().map(|d| d.host.clone()).collect(),
-            max_per_host: ROOM,
-            create_rate: 0.0,
-            env_name: "hermes-env-bench".into(),
-            ..DockerSettings::default()
-        })
-        .await
-        .expect("connect"),
-    );
+    let hosts = connect(daemons, ROOM).await;
     let provider: Arc<dyn SandboxProvider> = hosts.clone();
     let spec = SandboxSpec::default().with_prepare(SetupCommand {
         name: "build".into(),
@@ -139,14 +134,7 @@ async fn fleet_group(daemons: &[&Dockerd], fork: bool) {
         start.elapsed().as_secs_f64() * 1e3
     }))
     .await;
-    let snapshots: Vec<usize> = daemons
-        .iter()
-        .map(|d| {
-            d.cli(&["images", "-q", "--filter", "label=hermes-env.role=snapshot"])
-                .lines()
-                .count()
-        })
-        .collect();
+    let snapshots: Vec<usize> = daemons.iter().map(|d| d.snapshots()).collect();
     let in_use = hosts.in_use();
     for s in &sandboxes {
         s.close().await.expect("close");

@@ -155,13 +155,6 @@ fn placement_fills_both_hosts_and_a_hung_host_is_left_then_cleaned_on_return() {
     });
 }
 
-/// The group's snapshot images on `d`.
-fn snapshots(d: &Dockerd) -> usize {
-    d.cli(&["images", "-q", "--filter", "label=hermes-env.role=snapshot"])
-        .lines()
-        .count()
-}
-
 /// Two hosts with room for `per_host` sandboxes each and one group whose items prepare
 /// `/opt/prepared` once per host.
 struct FleetGroup {
@@ -224,7 +217,7 @@ fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() 
         for m in &members {
             made.push(Arc::clone(m.get().await.expect("a copy")));
         }
-        let (on_a, on_b) = (snapshots(&a), snapshots(&b));
+        let (on_a, on_b) = (a.snapshots(), b.snapshots());
         assert_eq!(on_a + on_b, 1, "one preparation for three copies");
         assert!(
             hosts.in_use() == vec![3, 0] || hosts.in_use() == vec![0, 3],
@@ -235,7 +228,7 @@ fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() 
         let fourth = member(3);
         made.push(Arc::clone(fourth.get().await.expect("a fourth copy")));
         assert_eq!(
-            (snapshots(&a), snapshots(&b)),
+            (a.snapshots(), b.snapshots()),
             (1, 1),
             "one snapshot per host"
         );
@@ -262,7 +255,7 @@ fn a_group_prepares_on_one_host_until_it_is_full_and_its_snapshots_go_with_it() 
         }
         group.close().await;
         assert_eq!(
-            (snapshots(&a), snapshots(&b)),
+            (a.snapshots(), b.snapshots()),
             (0, 0),
             "the snapshots go with the group"
         );
@@ -280,13 +273,13 @@ fn a_group_whose_prepared_host_is_lost_prepares_on_another() {
         let (hosts, group, member) = (&fleet.hosts, &fleet.group, |i| fleet.member(i));
         let first = member(0);
         first.get().await.expect("a copy");
-        let prepared_on_a = snapshots(&a) == 1;
+        let prepared_on_a = a.snapshots() == 1;
         let (lost, other) = if prepared_on_a {
             (&mut a, &b)
         } else {
             (&mut b, &a)
         };
-        assert_eq!(snapshots(other), 0, "one preparation so far");
+        assert_eq!(other.snapshots(), 0, "one preparation so far");
         lost.kill();
         // The next copy cannot go to the lost host: the other one prepares and takes it.
         let second = member(1);
@@ -299,13 +292,13 @@ fn a_group_whose_prepared_host_is_lost_prepares_on_another() {
             .await
             .expect("exec");
         assert_eq!(out.output.trim(), "prepared");
-        assert_eq!(snapshots(other), 1, "prepared on the host that answers");
+        assert_eq!(other.snapshots(), 1, "prepared on the host that answers");
         let up = hosts.up();
         assert_eq!(up.iter().filter(|u| **u).count(), 1, "{up:?}");
         let _ = first.close().await;
         second.close().await.expect("close");
         group.close().await;
-        assert_eq!(snapshots(other), 0, "its snapshot goes with the group");
+        assert_eq!(other.snapshots(), 0, "its snapshot goes with the group");
         assert_eq!(sandboxes(other), 0, "sandboxes left");
     });
 }

@@ -195,6 +195,13 @@ impl Dockerd {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Group snapshot images on this daemon.
+    pub fn snapshots(&self) -> usize {
+        self.cli(&["images", "-q", "--filter", "label=hermes-env.role=snapshot"])
+            .lines()
+            .count()
+    }
+
     /// `name state` of this project's labelled containers on this daemon (running or not).
     pub fn managed(&self) -> Vec<String> {
         self.cli(&[
