@@ -461,7 +461,7 @@ fn bench() -> anyhow::Result<()> {
             }
             if let Some(past) = capacity.past(which) {
                 println!(
-                    "{which:>9} {n:>9}   skipped: past its capacity at {past} sessions (step p99 over {bound} ms)"
+                    "{which:>9} {n:>9}   skipped: past its capacity at {past} sessions (step p99 over {bound} ms or under 99.9% success)"
                 );
                 continue;
             }
@@ -479,6 +479,7 @@ fn bench() -> anyhow::Result<()> {
             drop(server);
             let messages = n * (steps + 2);
             let cores = cpu.as_secs_f64() / result.wall.as_secs_f64();
+            let per_core = n as f64 / cores.max(1e-9);
             let (s50, s99) = (
                 quantile(&mut result.steps, 0.5),
                 quantile(&mut result.steps, 0.99),
@@ -497,14 +498,14 @@ fn bench() -> anyhow::Result<()> {
                 cores,
                 hwm as f64 / 1024.0,
                 hwm.saturating_sub(rss0) as f64 / n as f64,
-                n as f64 / cores.max(1e-9),
+                per_core,
             );
             capacity.record(
                 which,
                 n,
                 result.ok as f64 / result.sessions as f64,
                 s99,
-                n as f64 / cores.max(1e-9),
+                per_core,
             );
             if let Some(why) = &result.first_failure {
                 println!(
