@@ -73,6 +73,7 @@ pub const SHARED_FIELDS: &[&str] = &[
     "sandbox_exec_concurrency",
     "sandbox_archive_concurrency",
     "sandbox_diff_concurrency",
+    "sandbox_command_concurrency",
     "sandbox_create_rate",
     "sandbox_reap_interval",
     "dataset_name",

@@ -4,6 +4,12 @@
 //! toward no timeout — instead of piling up in the daemon, where every queued request's
 //! timeout runs and one that expires becomes a sandbox failure whose re-run adds more load.
 //!
+//! The commands running in the host's sandboxes are bounded the same way: hundreds of them at
+//! once on a few cores all slow down until their timeouts (and the wall-clock limits inside
+//! verifiers) fire, which turns load into failures and wrong rewards. A command waits for its
+//! place before it is sent, and one that runs past [`RUN_SLICE`] gives its place back, so a
+//! hung command cannot hold the queue.
+//!
 //! Waiting is visible: a queue whose requests wait longer than [`SATURATED_AFTER`] writes one
 //! INFO line naming the daemon, the queue and its knob, at most once per [`SAY_EVERY`].
 
@@ -21,6 +27,10 @@ use crate::sandbox::error::SandboxError;
 pub(crate) const SATURATED_AFTER: Duration = Duration::from_secs(2);
 /// … which one line per queue says at most this often.
 pub(crate) const SAY_EVERY: Duration = Duration::from_secs(60);
+/// A command running this long gives its place in [`Lane::Run`] back (it keeps running).
+pub(crate) const RUN_SLICE: Duration = Duration::from_secs(5);
+/// The default [`Lane::Run`] budget per CPU of the daemon's host.
+pub(crate) const RUN_PER_CPU: usize = 4;
 
 /// The kinds of daemon requests, each bounded on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,10 +44,19 @@ pub(crate) enum Lane {
     Archive,
     /// The daemon's filesystem diff of a container (`GET /containers/{id}/changes`).
     Changes,
+    /// Commands running in the host's sandboxes (tool calls, verifier commands, tripwire
+    /// checks), each for at most [`RUN_SLICE`].
+    Run,
 }
 
 impl Lane {
-    const ALL: [Lane; 4] = [Lane::Create, Lane::Exec, Lane::Archive, Lane::Changes];
+    const ALL: [Lane; 5] = [
+        Lane::Create,
+        Lane::Exec,
+        Lane::Archive,
+        Lane::Changes,
+        Lane::Run,
+    ];
 
     /// The flag that sets this lane's budget.
     pub(crate) fn knob(self) -> &'static str {
@@ -46,6 +65,7 @@ impl Lane {
             Lane::Exec => "--env.sandbox_exec_concurrency",
             Lane::Archive => "--env.sandbox_archive_concurrency",
             Lane::Changes => "--env.sandbox_diff_concurrency",
+            Lane::Run => "--env.sandbox_command_concurrency",
         }
     }
 
@@ -55,6 +75,7 @@ impl Lane {
             Lane::Exec => "exec starts",
             Lane::Archive => "archive transfers",
             Lane::Changes => "filesystem diffs",
+            Lane::Run => "commands",
         }
     }
 
@@ -74,6 +95,8 @@ pub struct Budgets {
     pub archive: usize,
     /// Daemon diffs in flight at once.
     pub changes: usize,
+    /// Commands running in the host's sandboxes at once.
+    pub run: usize,
 }
 
 impl Budgets {
@@ -83,6 +106,7 @@ impl Budgets {
             Lane::Exec => self.exec,
             Lane::Archive => self.archive,
             Lane::Changes => self.changes,
+            Lane::Run => self.run,
         }
         .max(1)
     }
@@ -104,7 +128,7 @@ struct Queue {
 #[derive(Debug)]
 pub(crate) struct DaemonLanes {
     host: String,
-    queues: [Queue; 4],
+    queues: [Queue; 5],
 }
 
 /// A slot in a lane: the request it covers is in flight until it is dropped.
@@ -148,6 +172,22 @@ impl DaemonLanes {
         permit
             .map(|permit| Slot { _permit: permit })
             .map_err(|_| SandboxError::Daemon("the sandbox provider is shutting down".into()))
+    }
+
+    /// Runs `command` (a command in a sandbox of this host) once it has a place in
+    /// [`Lane::Run`]; its place is given back when it ends or after [`RUN_SLICE`], whichever
+    /// comes first. The wait counts toward no timeout: `command`'s own starts when it runs.
+    pub(crate) async fn running<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T, SandboxError>>,
+    ) -> Result<T, SandboxError> {
+        let place = self.slot(Lane::Run).await?;
+        tokio::pin!(command);
+        tokio::select! {
+            done = &mut command => return done,
+            () = tokio::time::sleep(RUN_SLICE) => drop(place),
+        }
+        command.await
     }
 
     /// Requests waiting in `lane` now.
@@ -201,6 +241,7 @@ mod tests {
                 exec: size,
                 archive: size,
                 changes: size,
+                run: size,
             },
         )
     }
@@ -248,5 +289,55 @@ mod tests {
         drop(held);
         assert_eq!(all.await, vec![true; 5]);
         assert_eq!(lanes.waiting(Lane::Changes), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn commands_run_at_most_their_budget_at_once() {
+        let lanes = lanes(2);
+        let now = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let command = || async {
+            let n = now.fetch_add(1, Relaxed) + 1;
+            most.fetch_max(n, Relaxed);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            now.fetch_sub(1, Relaxed);
+            Ok::<_, SandboxError>(())
+        };
+        let all = futures::future::join_all((0..6).map(|_| lanes.running(command())));
+        let started = Instant::now();
+        assert!(all.await.iter().all(Result::is_ok));
+        assert_eq!(
+            most.load(Relaxed),
+            2,
+            "more commands ran at once than the budget of 2"
+        );
+        // Six one-second commands, two at a time.
+        assert_eq!(started.elapsed().as_secs(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_command_running_past_its_slice_gives_its_place_back() {
+        let lanes = lanes(1);
+        let hung = lanes.running(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, SandboxError>(())
+        });
+        tokio::pin!(hung);
+        // The hung command holds the only place …
+        assert!(tokio::time::timeout(Duration::from_millis(10), &mut hung)
+            .await
+            .is_err());
+        let started = Instant::now();
+        let next = lanes.running(async { Ok::<_, SandboxError>(started.elapsed()) });
+        tokio::pin!(next);
+        let waited = tokio::select! {
+            waited = &mut next => waited.unwrap(),
+            _ = &mut hung => unreachable!("the hung command ended"),
+        };
+        // … until its slice is over: it keeps running, the next command runs beside it.
+        assert!(
+            waited >= RUN_SLICE - Duration::from_millis(10) && waited <= RUN_SLICE,
+            "the next command waited {waited:?}"
+        );
     }
 }

@@ -37,7 +37,7 @@ use crate::config::HermesEnvConfig;
 use crate::sandbox::api::{ContainerOverrides, Prepared, Sandbox, SandboxProvider, SandboxSpec};
 use crate::sandbox::error::SandboxError;
 pub use budget::Budgets;
-use budget::{DaemonLanes, Lane};
+use budget::{DaemonLanes, Lane, RUN_PER_CPU};
 pub use hosts::DockerHosts;
 use lease::{Lease, LeaseSpec};
 use lifecycle::{register, register_daemon, unregister, ContainerGuard};
@@ -87,6 +87,9 @@ pub struct DockerSettings {
     pub archive_concurrency: usize,
     /// Daemon filesystem diffs in flight at once.
     pub diff_concurrency: usize,
+    /// Commands running in the host's sandboxes at once (0 = [`RUN_PER_CPU`] per CPU of the
+    /// daemon's host).
+    pub command_concurrency: usize,
     /// Container creations started per second (0 = unlimited).
     pub create_rate: f64,
     /// Longest life of a sandbox from the moment its task gets it: the daemon stops and
@@ -142,6 +145,7 @@ impl DockerSettings {
             exec_concurrency: c.sandbox_exec_concurrency.max(1) as usize,
             archive_concurrency: c.sandbox_archive_concurrency.max(1) as usize,
             diff_concurrency: c.sandbox_diff_concurrency.max(1) as usize,
+            command_concurrency: c.sandbox_command_concurrency.max(0) as usize,
             create_rate: c.sandbox_create_rate.max(0.0),
             lifetime: Duration::from_secs(c.terminal_lifetime.max(1) as u64),
             reap_interval: (c.sandbox_reap_interval > 0.0)
@@ -160,6 +164,7 @@ impl DockerSettings {
             exec: self.exec_concurrency,
             archive: self.archive_concurrency,
             changes: self.diff_concurrency,
+            run: self.command_concurrency,
         }
     }
 
@@ -406,6 +411,22 @@ pub(crate) fn create_error(image: &str, host: &str, e: bollard::errors::Error) -
     SandboxError::CreateDocker { doing, source: e }
 }
 
+/// The CPUs of the daemon's host (commands run there, not here).
+async fn daemon_cpus(docker: &Docker, endpoint: &Endpoint) -> Result<usize, SandboxError> {
+    let info = tokio::time::timeout(Duration::from_secs(30), docker.info())
+        .await
+        .map_err(|_| {
+            SandboxError::Daemon(format!(
+                "the Docker daemon at {} did not answer `info` within 30 s",
+                endpoint.host
+            ))
+        })?
+        .map_err(|e| {
+            SandboxError::docker(format!("Docker daemon at {}: info", endpoint.host), e)
+        })?;
+    Ok(info.ncpu.unwrap_or(1).max(1) as usize)
+}
+
 /// Creates one Docker container per task id.
 #[derive(Debug, Clone)]
 pub struct DockerProvider {
@@ -421,7 +442,11 @@ impl DockerProvider {
         register_daemon(&endpoint);
         let owner = Owner::new_run();
         watchdog::spawn(&owner.run_id, &endpoint);
-        let lanes = DaemonLanes::new(&endpoint.host, settings.budgets());
+        let mut budgets = settings.budgets();
+        if budgets.run == 0 {
+            budgets.run = RUN_PER_CPU * daemon_cpus(&docker, &endpoint).await?;
+        }
+        let lanes = DaemonLanes::new(&endpoint.host, budgets);
         let egress = egress::Egress::new(docker.clone(), endpoint.clone(), &owner.run_id);
         let shared = Arc::new(Shared {
             _reaper: settings

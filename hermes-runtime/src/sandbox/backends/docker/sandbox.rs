@@ -798,6 +798,24 @@ impl DockerSandbox {
         Ok(ExecOutput::finished(capture, exit_code))
     }
 
+    /// Runs one command in the persistent shell, or in an exec of its own where the shell
+    /// cannot take it.
+    async fn exec_in_shell(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = self.command_cwd(&request).await?;
+        let Ok(mut slot) = self.shell.try_lock() else {
+            // Another command of this sandbox is running in the shell: run this one beside it.
+            return self.exec_one_shot_in(cwd, request).await;
+        };
+        if !frameable(&cwd, &request.command) || self.shell_unavailable.load(Relaxed) {
+            return self.exec_one_shot_in(cwd, request).await;
+        }
+        if let Some(out) = run_in_shell(self, &mut slot, &cwd, &request).await? {
+            return Ok(out);
+        }
+        drop(slot);
+        self.exec_one_shot_in(cwd, request).await
+    }
+
     /// The working directory a request runs in.
     async fn command_cwd(&self, request: &ExecRequest) -> Result<String, SandboxError> {
         Ok(match request.workdir.as_deref() {
@@ -1016,24 +1034,15 @@ impl Sandbox for DockerSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let cwd = self.command_cwd(&request).await?;
-        let Ok(mut slot) = self.shell.try_lock() else {
-            // Another command of this sandbox is running in the shell: run this one beside it.
-            return self.exec_one_shot_in(cwd, request).await;
-        };
-        if !frameable(&cwd, &request.command) || self.shell_unavailable.load(Relaxed) {
-            return self.exec_one_shot_in(cwd, request).await;
-        }
-        if let Some(out) = run_in_shell(self, &mut slot, &cwd, &request).await? {
-            return Ok(out);
-        }
-        drop(slot);
-        self.exec_one_shot_in(cwd, request).await
+        self.shared.lanes.running(self.exec_in_shell(request)).await
     }
 
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let cwd = self.command_cwd(&request).await?;
-        self.exec_one_shot_in(cwd, request).await
+        let run = async {
+            let cwd = self.command_cwd(&request).await?;
+            self.exec_one_shot_in(cwd, request).await
+        };
+        self.shared.lanes.running(run).await
     }
 
     async fn reset_processes(&self) -> Result<(), SandboxError> {
