@@ -10,8 +10,7 @@
 //! in time and the attempt fails as a sandbox failure that is re-run.
 //!
 //! Also: rollouts waiting for a place on a full host hold no tool permit (they did, and a run
-//! with fewer permits than waiting rollouts never ended); commands running in a host's sandboxes
-//! are bounded (`--env.sandbox_command_concurrency`), and a hung one gives its place back.
+//! with fewer permits than waiting rollouts never ended).
 
 mod common;
 
@@ -20,11 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::docker::{containers_of, require_docker, settings};
+use common::docker::{containers_of, require_docker};
 use common::example_bin;
-use hermes_runtime::sandbox::{
-    DockerProvider, DockerSettings, ExecRequest, Sandbox, SandboxProvider, SandboxSpec,
-};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -305,105 +301,4 @@ async fn rollouts_waiting_for_a_place_hold_no_tool_permit() {
         "containers left behind: {:?}",
         run.left
     );
-}
-
-/// Sandboxes of one provider whose commands may run `at_once` at a time.
-async fn sandboxes(n: usize, at_once: usize) -> (DockerProvider, Vec<Arc<dyn Sandbox>>) {
-    let provider = DockerProvider::connect(DockerSettings {
-        command_concurrency: at_once,
-        ..settings()
-    })
-    .await
-    .expect("docker provider");
-    let spec = SandboxSpec::default();
-    let names: Vec<String> = (0..n).map(|i| format!("run-lane-{i}")).collect();
-    let made =
-        futures::future::join_all(names.iter().map(|name| provider.create(name, &spec))).await;
-    let made = made
-        .into_iter()
-        .map(|s| s.expect("create sandbox"))
-        .collect();
-    (provider, made)
-}
-
-/// The container clock (the host's) at a command's start and end, in seconds.
-fn span(output: &str) -> (f64, f64) {
-    let times: Vec<f64> = output
-        .split_whitespace()
-        .map(|t| t.parse().expect("a time"))
-        .collect();
-    (times[0], times[1])
-}
-
-/// Six sandboxes each run a one-second command at once with room for two: never more than two
-/// run at a time (each command's own clock readings, taken inside its place, say so).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commands_in_a_hosts_sandboxes_run_at_most_their_budget_at_once() {
-    let _serial = SERIAL.lock().await;
-    require_docker();
-    let (_provider, boxes) = sandboxes(6, 2).await;
-    let command = "date +%s.%N; sleep 1; date +%s.%N";
-    let runs = boxes.iter().map(|s| async move {
-        let out = s
-            .exec(ExecRequest::new(command, Duration::from_secs(60)))
-            .await
-            .expect("exec");
-        assert_eq!(out.exit_code, 0, "{}", out.output);
-        span(&out.output)
-    });
-    let spans = tokio::time::timeout(Duration::from_secs(300), futures::future::join_all(runs))
-        .await
-        .expect("the commands did not finish within 300 s");
-    let most = spans
-        .iter()
-        .map(|(start, _)| {
-            spans
-                .iter()
-                .filter(|(s, e)| s <= start && start < e)
-                .count()
-        })
-        .max()
-        .unwrap();
-    assert!(
-        most <= 2,
-        "{most} commands ran at once with room for 2: {spans:?}"
-    );
-    for s in &boxes {
-        s.teardown().await.expect("teardown");
-    }
-}
-
-/// A hung command holds its place for its slice only: with room for one, a second sandbox's
-/// command runs while the first is still sleeping.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_command_gives_its_place_back() {
-    let _serial = SERIAL.lock().await;
-    require_docker();
-    let (_provider, boxes) = sandboxes(2, 1).await;
-    let mut hung = Box::pin(boxes[0].exec(ExecRequest::new("sleep 120", Duration::from_secs(180))));
-    let waited = std::time::Instant::now();
-    let next = async {
-        // Sent once the hung command holds the place.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        boxes[1]
-            .exec(ExecRequest::new("echo ran", Duration::from_secs(60)))
-            .await
-            .expect("exec")
-    };
-    let out = tokio::select! {
-        out = next => out,
-        done = &mut hung => panic!("the sleep ended first: {done:?}"),
-    };
-    assert_eq!(out.output.trim(), "ran");
-    // It waited for the slice (5 s), not for the sleep.
-    let waited = waited.elapsed();
-    assert!(
-        waited >= Duration::from_secs(5),
-        "ran after {waited:?}: the hung command's place was not held for its slice"
-    );
-    // Dropped before the teardown: it holds the sandbox's shell.
-    drop(hung);
-    for s in &boxes {
-        s.teardown().await.expect("teardown");
-    }
 }

@@ -1,8 +1,8 @@
 //! Behaviour every sandbox backend shares, run against both the local backend and the Docker
 //! backend (real daemon): cwd persistence, timeout kill of the process group, daemons that
 //! keep the stream open, output capping, isolation, binary-safe transfers of any size, path
-//! checks on download. Docker-only behaviour (hardening, tmpfs paths, vanished containers) is
-//! at the end.
+//! checks on download, the bound on commands running at once. Docker-only behaviour
+//! (hardening, tmpfs paths, vanished containers) is at the end.
 
 mod common;
 
@@ -62,6 +62,123 @@ where
     tokio::time::timeout(TEST_LIMIT, body(p))
         .await
         .expect("the test exceeded its time limit");
+}
+
+/// A provider of `backend` whose sandboxes run at most `at_once` commands at a time
+/// (`--env.sandbox_command_concurrency`).
+async fn provider_running(backend: &str, at_once: usize) -> Arc<dyn SandboxProvider> {
+    match backend {
+        "local" => Arc::new(
+            LocalProvider::new()
+                .expect("local provider")
+                .with_command_concurrency(at_once),
+        ),
+        _ => {
+            require_docker();
+            Arc::new(
+                DockerProvider::connect(DockerSettings {
+                    command_concurrency: at_once,
+                    ..settings()
+                })
+                .await
+                .expect("docker provider"),
+            )
+        }
+    }
+}
+
+/// The host's clock at a command's start and end, in seconds.
+fn span(output: &str) -> (f64, f64) {
+    let times: Vec<f64> = output
+        .split_whitespace()
+        .map(|t| t.parse().expect("a time"))
+        .collect();
+    (times[0], times[1])
+}
+
+/// Six sandboxes each run a one-second command at once with room for two: never more than two
+/// run at a time (each command's own clock readings, taken inside its place, say so).
+async fn commands_run_at_most_their_budget_at_once(backend: &str) {
+    let p = provider_running(backend, 2).await;
+    let mut boxes = Vec::new();
+    for i in 0..6 {
+        boxes.push(sandbox(&p, &format!("at-once-{i}")).await);
+    }
+    let command = "date +%s.%N; sleep 1; date +%s.%N";
+    let runs = boxes.iter().map(|s| async move {
+        let out = s.exec(req(command, 60)).await.expect("exec");
+        assert_eq!(out.exit_code, 0, "{}", out.output);
+        span(&out.output)
+    });
+    let spans = tokio::time::timeout(TEST_LIMIT, futures::future::join_all(runs))
+        .await
+        .expect("the commands did not finish in time");
+    let most = spans
+        .iter()
+        .map(|(start, _)| {
+            spans
+                .iter()
+                .filter(|(s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        most <= 2,
+        "{most} commands ran at once with room for 2: {spans:?}"
+    );
+    for s in &boxes {
+        s.teardown().await.expect("teardown");
+    }
+}
+
+/// A hung command holds its place for its slice only: with room for one, a second sandbox's
+/// command runs after 5 s while the first is still sleeping.
+async fn a_hung_command_gives_its_place_back(backend: &str) {
+    let p = provider_running(backend, 1).await;
+    let boxes = [sandbox(&p, "hung").await, sandbox(&p, "next").await];
+    let mut hung = Box::pin(boxes[0].exec(req("sleep 120", 180)));
+    let waited = Instant::now();
+    let next = async {
+        // Sent once the hung command holds the place.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        boxes[1].exec(req("echo ran", 60)).await.expect("exec")
+    };
+    let out = tokio::select! {
+        out = next => out,
+        done = &mut hung => panic!("the sleep ended first: {done:?}"),
+    };
+    assert_eq!(out.output.trim(), "ran");
+    let waited = waited.elapsed();
+    assert!(
+        waited >= Duration::from_secs(5),
+        "ran after {waited:?}: the hung command's place was not held for its slice"
+    );
+    // Dropped before the teardown: it holds the sandbox's shell.
+    drop(hung);
+    for s in &boxes {
+        s.teardown().await.expect("teardown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_commands_run_at_most_their_budget_at_once() {
+    commands_run_at_most_their_budget_at_once("local").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_commands_run_at_most_their_budget_at_once() {
+    commands_run_at_most_their_budget_at_once("docker").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_hung_command_gives_its_place_back() {
+    a_hung_command_gives_its_place_back("local").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_hung_command_gives_its_place_back() {
+    a_hung_command_gives_its_place_back("docker").await;
 }
 
 macro_rules! both_backends {

@@ -46,6 +46,10 @@ impl Resend {
     }
 }
 
+/// `/scored_data` requests the stub refuses before it accepts: three attempts for each of
+/// eight sends.
+const OUTAGE: u64 = 24;
+
 struct Stub {
     failures_left: AtomicU64,
     refused: AtomicU64,
@@ -54,8 +58,11 @@ struct Stub {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undelivered_groups_are_resent_when_the_api_answers_again() {
+    // Enough refusals that the first send fails all three of its attempts however many other
+    // sends' attempts arrive between them (with 6 a loaded machine had three sends in flight,
+    // each refused twice and accepted on its third attempt: nothing to resend).
     let stub = Arc::new(Stub {
-        failures_left: AtomicU64::new(6),
+        failures_left: AtomicU64::new(OUTAGE),
         refused: AtomicU64::new(0),
         accepted: AtomicU64::new(0),
     });
@@ -120,7 +127,7 @@ async fn undelivered_groups_are_resent_when_the_api_answers_again() {
     })
     .await;
     assert!(
-        stub.refused.load(Ordering::SeqCst) >= 6,
+        stub.refused.load(Ordering::SeqCst) >= OUTAGE,
         "the outage was hit"
     );
     assert_eq!(summary.groups_lost, 0, "{summary:?}");

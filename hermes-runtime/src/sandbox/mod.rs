@@ -34,6 +34,7 @@ mod exec;
 mod files;
 mod fork;
 mod integrity;
+mod queue;
 mod survival;
 mod task;
 mod watched;

@@ -48,6 +48,7 @@ use crate::sandbox::integrity::leftovers::{
     kill_local_leftovers, Birth, FrameworkShell, KeptSurvivor,
 };
 use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
+use crate::sandbox::queue::{Queue, QueueName, RUN_PER_CPU};
 use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
@@ -273,6 +274,8 @@ pub struct LocalProvider {
     env: CommandEnv,
     /// What confines each sandbox's processes (nothing unless [`LocalProvider::confined`]).
     confiner: Arc<Confiner>,
+    /// The commands running in the sandboxes at once, on this machine's cores.
+    commands: Arc<Queue>,
 }
 
 /// Where the shells keep their working directory first: a file made, rewritten three times per
@@ -315,7 +318,15 @@ impl LocalProvider {
             state_root,
             env: CommandEnv::read(&[]),
             confiner: Arc::new(Confiner::off()),
+            commands: Arc::new(commands_queue(0)),
         })
+    }
+
+    /// Bounds the commands running in the sandboxes at once (0 = [`RUN_PER_CPU`] per CPU of
+    /// this machine).
+    pub fn with_command_concurrency(mut self, at_once: usize) -> Self {
+        self.commands = Arc::new(commands_queue(at_once));
+        self
     }
 
     /// Confines each sandbox where the kernel allows (`on`), saying at start what it gets;
@@ -355,6 +366,16 @@ impl Drop for LocalProvider {
             let _ = std::fs::remove_dir_all(state_root);
         }
     }
+}
+
+/// The queue of the commands running in this machine's sandboxes: `at_once`, else
+/// [`RUN_PER_CPU`] per CPU.
+fn commands_queue(at_once: usize) -> Queue {
+    let size = match at_once {
+        0 => RUN_PER_CPU * std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    Queue::new(QueueName::commands("local sandboxes".into()), size)
 }
 
 fn short_id() -> String {
@@ -398,6 +419,7 @@ impl LocalProvider {
             state_root: self.state_root.clone(),
             env: self.env.clone(),
             confiner: Arc::clone(&self.confiner),
+            commands: Arc::clone(&self.commands),
         }
     }
 }
@@ -410,6 +432,7 @@ pub(super) struct Maker {
     state_root: Option<PathBuf>,
     env: CommandEnv,
     confiner: Arc<Confiner>,
+    commands: Arc<Queue>,
 }
 
 impl Maker {
@@ -445,6 +468,7 @@ impl Maker {
         }
         let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
         sandbox.confine(&self.confiner)?;
+        sandbox.commands = Some(Arc::clone(&self.commands));
         Ok(sandbox)
     }
 }
@@ -498,6 +522,8 @@ pub struct LocalSandbox {
     tmp_str: String,
     /// The trees its file tools may read besides its own (confined sandboxes only).
     readable: Arc<Confiner>,
+    /// The provider's queue of running commands (none for a sandbox made on its own).
+    commands: Option<Arc<Queue>>,
 }
 
 impl LocalSandbox {
@@ -545,6 +571,7 @@ impl LocalSandbox {
             tmp: None,
             tmp_str: "/tmp".into(),
             readable: Arc::new(Confiner::off()),
+            commands: None,
         }
     }
 
@@ -886,6 +913,18 @@ impl LocalSandbox {
         self.exec_one_shot_in(cwd, request).await
     }
 
+    /// Runs `command` in its turn among the provider's running commands (at once for a
+    /// sandbox made on its own).
+    async fn in_turn<T>(
+        &self,
+        command: impl std::future::Future<Output = Result<T, SandboxError>>,
+    ) -> Result<T, SandboxError> {
+        match &self.commands {
+            Some(queue) => queue.running(command).await,
+            None => command.await,
+        }
+    }
+
     /// The working directory a request runs in; the sandbox must still exist.
     fn command_cwd(&self, request: &ExecRequest) -> Result<PathBuf, SandboxError> {
         if !self.dir.is_dir() {
@@ -1094,19 +1133,21 @@ impl Sandbox for LocalSandbox {
 
     async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         refuse_user(&request, "local")?;
-        let out = self.exec_in_shell(request).await;
+        let out = self.in_turn(self.exec_in_shell(request)).await;
         self.process_groups.prune();
         out
     }
 
     async fn exec_one_shot(&self, request: ExecRequest) -> Result<ExecOutput, SandboxError> {
         refuse_user(&request, "local")?;
-        let cwd = self.command_cwd(&request)?;
-        let out = match self.exec_direct(&cwd, &request, InPlaceOf::OneShot).await {
-            Ok(Some(out)) => Ok(out),
-            Ok(None) => self.exec_one_shot_in(cwd, request).await,
-            Err(e) => Err(e),
+        let run = async {
+            let cwd = self.command_cwd(&request)?;
+            match self.exec_direct(&cwd, &request, InPlaceOf::OneShot).await? {
+                Some(out) => Ok(out),
+                None => self.exec_one_shot_in(cwd, request).await,
+            }
         };
+        let out = self.in_turn(run).await;
         self.process_groups.prune();
         out
     }

@@ -66,6 +66,7 @@ pub async fn start_backend(
             let provider = LocalProvider::new()
                 .context("cannot create the local sandbox root")?
                 .with_env(env.container_env.clone().unwrap_or_default())
+                .with_command_concurrency(env.sandbox_command_concurrency.max(0) as usize)
                 .confined(env.local_confinement);
             let root = provider.root().to_path_buf();
             StartedBackend {

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, OnceCell};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
-use super::budget::{Lane, Slot};
+use super::budget::Lane;
 use super::storage::{say_falling_back, UpperDir};
 use super::{ChangeSource, Container, Shared};
 use crate::sandbox::api::{ExecOutput, ExecRequest, Sandbox, Transfer};
@@ -43,6 +43,7 @@ use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
 use crate::sandbox::integrity::inside::kill_leftovers_inside;
 use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
+use crate::sandbox::queue::Slot;
 use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// When the shell reported its exit but its end marker is missing (the command closed the
