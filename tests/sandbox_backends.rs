@@ -1,7 +1,7 @@
 //! Behaviour every sandbox backend shares, run against both the local backend and the Docker
 //! backend (real daemon): cwd persistence, timeout kill of the process group, daemons that
 //! keep the stream open, output capping, isolation, binary-safe transfers of any size, path
-//! checks on download, the bound on commands running at once. Docker-only behaviour
+//! checks on download, the bound on commands running at once (also on the ssh backend). Docker-only behaviour
 //! (hardening, tmpfs paths, vanished containers) is at the end.
 
 mod common;
@@ -14,7 +14,7 @@ use common::docker::{containers_of, require_docker, settings, IMAGE};
 use hermes_runtime::sandbox::docker::ChangeSource;
 use hermes_runtime::sandbox::{
     DockerProvider, DockerSettings, ExecRequest, LocalProvider, Sandbox, SandboxError,
-    SandboxProvider, SandboxSpec,
+    SandboxProvider, SandboxSpec, SshProvider,
 };
 
 /// Each Docker test must finish well within this.
@@ -65,24 +65,38 @@ where
 }
 
 /// A provider of `backend` whose sandboxes run at most `at_once` commands at a time
-/// (`--env.sandbox_command_concurrency`).
-async fn provider_running(backend: &str, at_once: usize) -> Arc<dyn SandboxProvider> {
+/// (`--env.sandbox_command_concurrency`), and the sshd it reaches (ssh only: it stops when
+/// dropped).
+async fn provider_running(
+    backend: &str,
+    at_once: usize,
+) -> (Arc<dyn SandboxProvider>, Option<common::sshd::Sshd>) {
     match backend {
-        "local" => Arc::new(
-            LocalProvider::new()
-                .expect("local provider")
-                .with_command_concurrency(at_once),
+        "local" => (
+            Arc::new(
+                LocalProvider::new()
+                    .expect("local provider")
+                    .with_command_concurrency(at_once),
+            ),
+            None,
         ),
+        "ssh" => {
+            let sshd = common::sshd::start_sshd().await;
+            let provider = SshProvider::connect(sshd.settings(), Vec::new())
+                .await
+                .expect("ssh provider")
+                .with_command_concurrency(at_once);
+            (Arc::new(provider), Some(sshd))
+        }
         _ => {
             require_docker();
-            Arc::new(
-                DockerProvider::connect(DockerSettings {
-                    command_concurrency: at_once,
-                    ..settings()
-                })
-                .await
-                .expect("docker provider"),
-            )
+            let provider = DockerProvider::connect(DockerSettings {
+                command_concurrency: at_once,
+                ..settings()
+            })
+            .await
+            .expect("docker provider");
+            (Arc::new(provider), None)
         }
     }
 }
@@ -99,7 +113,7 @@ fn span(output: &str) -> (f64, f64) {
 /// Six sandboxes each run a one-second command at once with room for two: never more than two
 /// run at a time (each command's own clock readings, taken inside its place, say so).
 async fn commands_run_at_most_their_budget_at_once(backend: &str) {
-    let p = provider_running(backend, 2).await;
+    let (p, _sshd) = provider_running(backend, 2).await;
     let mut boxes = Vec::new();
     for i in 0..6 {
         boxes.push(sandbox(&p, &format!("at-once-{i}")).await);
@@ -135,7 +149,7 @@ async fn commands_run_at_most_their_budget_at_once(backend: &str) {
 /// A hung command holds its place for its slice only: with room for one, a second sandbox's
 /// command runs after 5 s while the first is still sleeping.
 async fn a_hung_command_gives_its_place_back(backend: &str) {
-    let p = provider_running(backend, 1).await;
+    let (p, _sshd) = provider_running(backend, 1).await;
     let boxes = [sandbox(&p, "hung").await, sandbox(&p, "next").await];
     let mut hung = Box::pin(boxes[0].exec(req("sleep 120", 180)));
     let waited = Instant::now();
@@ -179,6 +193,16 @@ async fn local_hung_command_gives_its_place_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_hung_command_gives_its_place_back() {
     a_hung_command_gives_its_place_back("docker").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_commands_run_at_most_their_budget_at_once() {
+    commands_run_at_most_their_budget_at_once("ssh").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssh_hung_command_gives_its_place_back() {
+    a_hung_command_gives_its_place_back("ssh").await;
 }
 
 macro_rules! both_backends {

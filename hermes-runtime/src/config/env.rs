@@ -210,7 +210,7 @@ config_section! {
         /// Daemon filesystem diffs (the tripwires' fallback where the container's storage cannot be read) in flight at once, per Docker host.
         #[range(1, 100_000)]
         sandbox_diff_concurrency: i64 = 4,
-        /// Commands (tool calls, verifier commands, tripwire checks) running at once in the sandboxes of each Docker host, or of this machine with local sandboxes; more wait, and a command's timeout starts once it runs; one running past 5 s gives its place back (0 = 4 per CPU of the host).
+        /// Commands (tool calls, verifier commands, tripwire checks) running at once in the sandboxes of each Docker or ssh host, or of this machine with local sandboxes; more wait, and a command's timeout starts once it runs; one running past 5 s gives its place back (0 = 4 per CPU of the host).
         #[range(0, 100_000)]
         sandbox_command_concurrency: i64 = 0,
         /// Sandbox container creations started per second (0 = unlimited).

@@ -115,6 +115,14 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// A process of the sandbox could not be put in its Landlock domain or cgroup (this
+    /// host's resources: open files, memory); it is not started rather than run unconfined.
+    #[error("cannot confine the sandbox's process: {source}")]
+    Confine {
+        /// Why the ruleset or cgroup could not be opened.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A thread or task the operation ran on failed (panicked or was cancelled).
     #[error("{doing} failed: {source}")]
     Worker {
@@ -138,6 +146,7 @@ impl SandboxError {
             | SandboxError::Gone(_)
             | SandboxError::ContainerGone { .. }
             | SandboxError::Daemon(_)
+            | SandboxError::Confine { .. }
             | SandboxError::Docker { .. } => true,
             // This process (or the host) ran out of open files: a command of the model's is a
             // process of its own, with descriptors of its own, so it is never the model's fault.
@@ -186,5 +195,14 @@ mod tests {
             assert!(!host(errno).is_infra(), "errno {errno}");
         }
         assert!(!SandboxError::NotFound("x".into()).is_infra());
+        // A process that cannot be confined is never started, and never the model's fault.
+        let confine = SandboxError::Confine {
+            source: io::Error::from_raw_os_error(libc::EMFILE).into(),
+        };
+        assert!(confine.is_infra());
+        assert!(
+            confine.to_string().contains("Too many open files"),
+            "{confine}"
+        );
     }
 }

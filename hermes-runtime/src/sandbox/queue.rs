@@ -20,9 +20,9 @@ use tracing::info;
 use super::error::SandboxError;
 
 /// Work that waits this long for its slot means the queue is saturated …
-pub(crate) const SATURATED_AFTER: Duration = Duration::from_secs(2);
+const SATURATED_AFTER: Duration = Duration::from_secs(2);
 /// … which one line per queue says at most this often.
-pub(crate) const SAY_EVERY: Duration = Duration::from_secs(60);
+const SAY_EVERY: Duration = Duration::from_secs(60);
 /// A command running this long gives its place back (it keeps running), so a hung command
 /// holds the queue this long, not for its timeout.
 pub(crate) const RUN_SLICE: Duration = Duration::from_secs(5);

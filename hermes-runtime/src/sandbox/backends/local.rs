@@ -605,7 +605,7 @@ impl LocalSandbox {
             .take(1)
             .map(PathBuf::as_path)
             .collect();
-        self.domain = confiner.domain(&name, &writable, &files);
+        self.domain = confiner.domain(&name, &writable, &files)?;
         if self.domain.confines_files() {
             self.readable = Arc::clone(confiner);
         }
@@ -698,7 +698,7 @@ impl LocalSandbox {
         self.spawned.store(true, SeqCst);
         let before = ticks_now();
         let mut command = bash_command(&self.bash);
-        self.domain.enter(&mut command);
+        let entered = self.domain.enter(&mut command)?;
         let mut child = command
             .args(&argv[1..])
             .current_dir(&self.dir)
@@ -709,6 +709,7 @@ impl LocalSandbox {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
+        drop(entered);
         let pgid = child.id().map(|p| p as i32);
         if let Some(pgid) = pgid {
             self.process_groups.add(pgid, before);
@@ -821,12 +822,12 @@ impl LocalSandbox {
         let stdout = writer.into_blocking_fd().map_err(io)?;
         let stderr = stdout.try_clone().map_err(io)?;
         let mut command = launch_command(launch);
-        self.domain.enter(&mut command);
+        let entered = self.domain.enter(&mut command)?;
         command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
         let before = ticks_now();
         let spawned = command.spawn();
         // The command holds this process's copies of the pipe's write end.
-        drop(command);
+        drop((command, entered));
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
@@ -949,7 +950,7 @@ impl LocalSandbox {
         let argv = shell_argv(&state_files);
         self.spawned.store(true, SeqCst);
         let mut command = bash_command(&self.bash);
-        self.domain.enter(&mut command);
+        let entered = self.domain.enter(&mut command)?;
         let mut child = command
             .args(&argv[1..])
             .current_dir(&self.dir)
@@ -960,6 +961,7 @@ impl LocalSandbox {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SandboxError::host_io("cannot start bash", e))?;
+        drop(entered);
         let link = LocalLink {
             registered: child.id().map(FrameworkShell::register),
             pgid: child.id().map(|p| p as i32),

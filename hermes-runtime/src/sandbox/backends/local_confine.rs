@@ -17,6 +17,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use landlock::{
@@ -28,6 +29,7 @@ use tokio::process::Command;
 use tracing::{debug, info, warn};
 
 use super::local_reaper;
+use crate::sandbox::SandboxError;
 
 /// The Landlock ABI whose rights the rulesets handle (best effort below it).
 const ABI_USED: ABI = ABI::V6;
@@ -58,6 +60,10 @@ pub(crate) struct Confiner {
     landlock: Option<i32>,
     /// Directories read (and run from) besides [`SYSTEM_READ`]: the `PATH`'s.
     path_dirs: Vec<PathBuf>,
+    /// The rules every sandbox shares (the system trees, the `PATH`'s directories, the
+    /// devices), their paths opened once for the run: a process's ruleset is built from them
+    /// when it starts, so a live sandbox holds no descriptor of its own.
+    shared_rules: Vec<(PathFd, BitFlags<AccessFs>)>,
     /// This run's cgroup, when one could be made.
     cgroups: Option<PathBuf>,
 }
@@ -68,6 +74,7 @@ impl Confiner {
         Confiner {
             landlock: None,
             path_dirs: Vec::new(),
+            shared_rules: Vec::new(),
             cgroups: None,
         }
     }
@@ -75,11 +82,15 @@ impl Confiner {
     /// Probes Landlock and cgroup v2 for a run named `run`, commands having `path` as `PATH`;
     /// says in one line what each sandbox gets (a warning for what it cannot get).
     pub fn probe(run: &str, path: &OsStr) -> Self {
-        let landlock = landlock_abi();
-        let cgroups = run_cgroup(run);
         let path_dirs = readable_path_dirs(path);
+        let landlock = landlock_abi().and_then(|abi| {
+            let rules = shared_rules(&path_dirs)
+                .map_err(|e| format!("cannot open the paths its rules name ({e})"))?;
+            Ok((abi, rules))
+        });
+        let cgroups = run_cgroup(run);
         match (&landlock, &cgroups) {
-            (Ok(abi), Ok(cg)) => info!(
+            (Ok((abi, _)), Ok(cg)) => info!(
                 "local sandboxes: confined (Landlock ABI {abi}: each reads the system and its \
                  PATH, writes only its own directory, signals nothing outside it; cgroup {} \
                  kills each sandbox's processes as one); --env.local_confinement false turns it off",
@@ -116,9 +127,14 @@ impl Confiner {
             // SAFETY: prctl(2) with integer arguments.
             unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
         }
+        let (landlock, shared_rules) = match landlock {
+            Ok((abi, rules)) => (Some(abi), rules),
+            Err(_) => (None, Vec::new()),
+        };
         Confiner {
-            landlock: landlock.ok(),
+            landlock,
             path_dirs,
+            shared_rules,
             cgroups: cgroups.ok(),
         }
     }
@@ -148,20 +164,32 @@ impl Confiner {
 
     /// The domain of one sandbox writing `writable` (directories, created beforehand) and the
     /// files `files` (its shell's state files; made empty here if missing).
-    pub fn domain(&self, name: &str, writable: &[&Path], files: &[&Path]) -> Domain {
-        let ruleset = self
-            .landlock
-            .and_then(|_| match self.ruleset(writable, files) {
-                Ok(fd) => fd,
-                Err(e) => {
-                    static SAID: AtomicBool = AtomicBool::new(false);
-                    say_once(&SAID, format!("local sandbox {name}: cannot build its Landlock rules ({e}); its commands run unconfined"));
-                    None
+    pub fn domain(
+        self: &Arc<Self>,
+        name: &str,
+        writable: &[&Path],
+        files: &[&Path],
+    ) -> Result<Domain, SandboxError> {
+        let landlock = match self.landlock {
+            Some(_) => {
+                for file in files.iter().filter(|f| !f.exists()) {
+                    std::fs::File::create(file).map_err(|e| SandboxError::CreateIo {
+                        doing: format!("creating {}", file.display()),
+                        source: e,
+                    })?;
                 }
-            });
+                Some(Landlock {
+                    shared: Arc::clone(self),
+                    writable: writable.iter().map(|p| p.to_path_buf()).collect(),
+                    files: files.iter().map(|p| p.to_path_buf()).collect(),
+                })
+            }
+            None => None,
+        };
         let cgroup = self.cgroups.as_ref().and_then(|run| {
-            match SandboxCgroup::make(&run.join(cgroup_name(name))) {
-                Ok(cg) => Some(cg),
+            let dir = run.join(cgroup_name(name));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => Some(SandboxCgroup { dir }),
                 Err(e) => {
                     static SAID: AtomicBool = AtomicBool::new(false);
                     say_once(&SAID, format!("local sandbox {name}: cannot make its cgroup ({e}); its processes are found by their environment only"));
@@ -169,77 +197,116 @@ impl Confiner {
                 }
             }
         });
-        Domain { ruleset, cgroup }
+        Ok(Domain { landlock, cgroup })
     }
+}
 
-    fn ruleset(&self, writable: &[&Path], files: &[&Path]) -> anyhow::Result<Option<OwnedFd>> {
-        let read = AccessFs::from_read(ABI_USED);
+/// The rules every confined sandbox shares, their paths opened: the system trees and `PATH`
+/// directories to read and run, the devices to read and write.
+fn shared_rules(path_dirs: &[PathBuf]) -> Result<Vec<(PathFd, BitFlags<AccessFs>)>, String> {
+    let read = AccessFs::from_read(ABI_USED);
+    let device: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
+    let reads = SYSTEM_READ
+        .iter()
+        .map(PathBuf::from)
+        .chain(path_dirs.iter().cloned())
+        .map(|p| (p, read));
+    let devices = DEVICES.iter().map(|d| (PathBuf::from(d), device));
+    let pts =
+        Some((PathBuf::from("/dev/pts"), device | AccessFs::ReadDir)).filter(|(p, _)| p.is_dir());
+    reads
+        .chain(devices)
+        .chain(pts)
+        .filter(|(p, _)| p.exists())
+        .map(|(p, access)| {
+            PathFd::new(&p)
+                .map(|fd| (fd, access))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A confined sandbox's Landlock rules: the run's shared ones and its own directories and
+/// files, opened each time a process starts.
+#[derive(Debug)]
+struct Landlock {
+    shared: Arc<Confiner>,
+    writable: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+impl Landlock {
+    /// The ruleset a starting process restricts itself to; `None` where the kernel has no
+    /// Landlock after all.
+    fn ruleset(&self) -> Result<Option<OwnedFd>, BoxError> {
         let all = AccessFs::from_all(ABI_USED);
-        let device: BitFlags<AccessFs> =
-            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev;
         let state: BitFlags<AccessFs> =
             AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
-        for file in files {
-            if !file.exists() {
-                std::fs::File::create(file)?;
-            }
-        }
-        let existing = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
-            paths.into_iter().filter(|p| p.exists()).collect()
-        };
-        let reads = existing(
-            SYSTEM_READ
-                .iter()
-                .map(PathBuf::from)
-                .chain(self.path_dirs.iter().cloned())
-                .collect(),
-        );
-        let devices = existing(DEVICES.iter().map(PathBuf::from).collect());
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(all)?
             .scope(Scope::from_all(ABI_USED))?
             .create()?;
-        for p in &reads {
-            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, read))?;
+        for (fd, access) in &self.shared.shared_rules {
+            ruleset = ruleset.add_rule(PathBeneath::new(fd, *access))?;
         }
-        for p in &devices {
-            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, device))?;
-        }
-        if Path::new("/dev/pts").is_dir() {
-            let pts = device | AccessFs::ReadDir;
-            ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new("/dev/pts")?, pts))?;
-        }
-        for p in writable {
+        for p in &self.writable {
             ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, all))?;
         }
-        for p in files {
+        for p in &self.files {
             ruleset = ruleset.add_rule(PathBeneath::new(PathFd::new(p)?, state))?;
         }
         Ok(ruleset.into())
     }
 }
 
-/// One sandbox's Landlock ruleset and cgroup; dropping it kills what is left in the cgroup and
-/// removes it.
+/// One sandbox's Landlock rules and cgroup; dropping it kills what is left in the cgroup and
+/// removes it. It holds no descriptor: each process it starts opens what it needs
+/// ([`Domain::enter`]), so thousands of live sandboxes cost no open files.
 #[derive(Debug, Default)]
 pub(crate) struct Domain {
-    ruleset: Option<OwnedFd>,
+    landlock: Option<Landlock>,
     cgroup: Option<SandboxCgroup>,
 }
 
+/// The descriptors a process entering a [`Domain`] uses until it `exec`s: keep it until the
+/// command has been spawned.
+#[must_use = "the spawned process reads these descriptors: keep them until it has started"]
+#[derive(Debug)]
+pub(crate) struct Entered {
+    _ruleset: Option<OwnedFd>,
+    _procs: Option<OwnedFd>,
+}
+
 impl Domain {
-    /// Makes `command`'s process enter the domain before it `exec`s. Without a ruleset or
-    /// cgroup the command is left as it is (started without a fork).
-    pub fn enter(&self, command: &mut Command) {
-        let ruleset = self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-        let procs = self.cgroup.as_ref().map_or(-1, |c| c.procs.as_raw_fd());
+    /// Makes `command`'s process enter the domain before it `exec`s. Without rules or a
+    /// cgroup the command is left as it is (started without a fork). A ruleset or cgroup
+    /// that cannot be opened (this process out of open files) is an error: a command never
+    /// runs less confined than its sandbox.
+    pub fn enter(&self, command: &mut Command) -> Result<Entered, SandboxError> {
+        let confine = |e: BoxError| SandboxError::Confine { source: e };
+        let ruleset = match &self.landlock {
+            Some(rules) => rules.ruleset().map_err(confine)?,
+            None => None,
+        };
+        let procs = match &self.cgroup {
+            Some(cgroup) => Some(cgroup.open_procs().map_err(|e| confine(e.into()))?),
+            None => None,
+        };
+        let entered = Entered {
+            _ruleset: ruleset,
+            _procs: procs,
+        };
+        let ruleset = entered._ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        let procs = entered._procs.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         if ruleset < 0 && procs < 0 {
-            return;
+            return Ok(entered);
         }
         // SAFETY: the closure runs in the forked child before exec and makes only
         // async-signal-safe system calls (write, prctl, landlock_restrict_self) on descriptors
-        // this process keeps open while it spawns; it allocates nothing.
+        // the caller keeps open (`Entered`) while it spawns; it allocates nothing.
         unsafe {
             command.pre_exec(move || {
                 if procs >= 0 && libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
@@ -260,11 +327,12 @@ impl Domain {
                 Ok(())
             });
         }
+        Ok(entered)
     }
 
     /// Whether the sandbox's processes are confined by Landlock.
     pub fn confines_files(&self) -> bool {
-        self.ruleset.is_some()
+        self.landlock.is_some()
     }
 
     /// The `cgroup.procs` file listing the sandbox's processes, when it has a cgroup.
@@ -465,23 +533,19 @@ fn wait_empty(dir: &Path) {
     }
 }
 
-/// One sandbox's cgroup: its `cgroup.procs`, open for the children to join.
+/// One sandbox's cgroup.
 #[derive(Debug)]
 struct SandboxCgroup {
     dir: PathBuf,
-    procs: OwnedFd,
 }
 
 impl SandboxCgroup {
-    fn make(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir(dir)?;
+    /// Its `cgroup.procs`, open for a starting process to join.
+    fn open_procs(&self) -> std::io::Result<OwnedFd> {
         let procs = std::fs::OpenOptions::new()
             .write(true)
-            .open(dir.join("cgroup.procs"))?;
-        Ok(SandboxCgroup {
-            dir: dir.to_path_buf(),
-            procs: procs.into(),
-        })
+            .open(self.dir.join("cgroup.procs"))?;
+        Ok(procs.into())
     }
 
     fn kill(&self) {

@@ -33,6 +33,7 @@ use crate::sandbox::files::archive::{
 };
 use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
+use crate::sandbox::queue::{Queue, QueueName, RUN_PER_CPU};
 
 /// `PATH` of remote commands.
 const REMOTE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -242,10 +243,14 @@ impl Drop for Client {
 }
 
 /// Creates one remote scratch directory per task.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SshProvider {
     client: Arc<Client>,
     env: Vec<String>,
+    /// The host's CPUs (`nproc` there).
+    cpus: usize,
+    /// The commands running in the host's sandboxes at once.
+    commands: Arc<Queue>,
 }
 
 impl SshProvider {
@@ -261,8 +266,8 @@ impl SshProvider {
             settings,
             control_dir,
         });
-        let (code, _, stderr) = client
-            .helper("command -v bash >/dev/null && command -v tar >/dev/null && command -v setsid >/dev/null", &[], None)
+        let (code, out, stderr) = client
+            .helper("command -v bash >/dev/null && command -v tar >/dev/null && command -v setsid >/dev/null && { nproc 2>/dev/null || echo 1; }", &[], None)
             .await
             .map_err(|e| SandboxError::CreateStep {
                 source: Box::new(e),
@@ -273,8 +278,38 @@ impl SshProvider {
                 client.settings.describe()
             )));
         }
-        Ok(SshProvider { client, env })
+        let cpus = String::from_utf8_lossy(&out)
+            .trim()
+            .parse::<usize>()
+            .unwrap_or(1)
+            .max(1);
+        let commands = Arc::new(commands_queue(&client, cpus, 0));
+        Ok(SshProvider {
+            client,
+            env,
+            cpus,
+            commands,
+        })
     }
+
+    /// Bounds the commands running in the host's sandboxes at once (0 = [`RUN_PER_CPU`] per
+    /// CPU of the host).
+    pub fn with_command_concurrency(mut self, at_once: usize) -> Self {
+        self.commands = Arc::new(commands_queue(&self.client, self.cpus, at_once));
+        self
+    }
+}
+
+/// The queue of the commands running in the host's sandboxes: `at_once`, else
+/// [`RUN_PER_CPU`] per CPU of the host.
+fn commands_queue(client: &Client, cpus: usize, at_once: usize) -> Queue {
+    let size = if at_once > 0 {
+        at_once
+    } else {
+        RUN_PER_CPU * cpus
+    };
+    let place = format!("ssh host {}", client.settings.describe());
+    Queue::new(QueueName::commands(place), size)
 }
 
 fn short_id() -> String {
@@ -302,10 +337,7 @@ impl SandboxProvider for SshProvider {
             return Err(e);
         }
         Ok(Some(Arc::new(SshPrepared {
-            provider: SshProvider {
-                client: Arc::clone(&self.client),
-                env: self.env.clone(),
-            },
+            provider: self.clone(),
             template,
         })))
     }
@@ -341,6 +373,7 @@ impl SshProvider {
             process_groups: Mutex::new(Vec::new()),
             env: self.env.clone(),
             client: Arc::clone(&self.client),
+            commands: Arc::clone(&self.commands),
             torn_down: AtomicBool::new(false),
         })
     }
@@ -386,6 +419,8 @@ pub struct SshSandbox {
     process_groups: Mutex<Vec<i32>>,
     env: Vec<String>,
     client: Arc<Client>,
+    /// The provider's queue of running commands.
+    commands: Arc<Queue>,
     torn_down: AtomicBool,
 }
 
@@ -651,7 +686,7 @@ impl Sandbox for SshSandbox {
             Some(w) => self.abs(w),
             None => self.cwd.lock().expect("lock poisoned").clone(),
         };
-        self.run(&request, &cwd).await
+        self.commands.running(self.run(&request, &cwd)).await
     }
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {

@@ -89,7 +89,9 @@ pub async fn start_backend(
 async fn ssh_backend(env: &HermesEnvConfig) -> anyhow::Result<SshProvider> {
     let settings = SshSettings::from_lookup(|name| std::env::var(name).ok())?;
     let extra = env.container_env.clone().unwrap_or_default();
-    Ok(SshProvider::connect(settings, extra).await?)
+    Ok(SshProvider::connect(settings, extra)
+        .await?
+        .with_command_concurrency(env.sandbox_command_concurrency.max(0) as usize))
 }
 
 /// Connects the Docker backend (one daemon, or every host of `--env.docker_hosts`) and removes

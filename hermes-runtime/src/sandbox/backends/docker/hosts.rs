@@ -400,11 +400,7 @@ async fn connect_host(settings: &DockerSettings, name: &str) -> Result<Host, San
             ))
         }
     }
-    let info = docker
-        .info()
-        .await
-        .map_err(|e| SandboxError::docker(format!("Docker host {name}: info"), e))?;
-    let (capacity, why) = capacity(&info, settings);
+    let (capacity, why) = capacity(provider.daemon_info(), settings);
     info!("Docker host {name}: room for {capacity} sandboxes ({why})");
     Ok(Host {
         provider,

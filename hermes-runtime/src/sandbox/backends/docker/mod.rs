@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, SystemInfo};
 use bollard::query_parameters::CreateContainerOptions;
 use bollard::Docker;
 use tokio::sync::{Mutex as AsyncMutex, OnceCell};
@@ -277,6 +277,8 @@ pub(crate) struct Container {
 pub(crate) struct Shared {
     docker: Docker,
     endpoint: Endpoint,
+    /// What the daemon said of itself at connect (CPUs, memory).
+    info: SystemInfo,
     settings: DockerSettings,
     owner: Owner,
     lease: OnceCell<Lease>,
@@ -413,7 +415,7 @@ pub(crate) fn create_error(image: &str, host: &str, e: bollard::errors::Error) -
 }
 
 /// The CPUs of the daemon's host (commands run there, not here).
-async fn daemon_cpus(docker: &Docker, endpoint: &Endpoint) -> Result<usize, SandboxError> {
+async fn daemon_info(docker: &Docker, endpoint: &Endpoint) -> Result<SystemInfo, SandboxError> {
     let info = tokio::time::timeout(Duration::from_secs(30), docker.info())
         .await
         .map_err(|_| {
@@ -425,7 +427,7 @@ async fn daemon_cpus(docker: &Docker, endpoint: &Endpoint) -> Result<usize, Sand
         .map_err(|e| {
             SandboxError::docker(format!("Docker daemon at {}: info", endpoint.host), e)
         })?;
-    Ok(info.ncpu.unwrap_or(1).max(1) as usize)
+    Ok(info)
 }
 
 /// Creates one Docker container per task id.
@@ -443,9 +445,10 @@ impl DockerProvider {
         register_daemon(&endpoint);
         let owner = Owner::new_run();
         watchdog::spawn(&owner.run_id, &endpoint);
+        let info = daemon_info(&docker, &endpoint).await?;
         let mut budgets = settings.budgets();
         if budgets.run == 0 {
-            budgets.run = RUN_PER_CPU * daemon_cpus(&docker, &endpoint).await?;
+            budgets.run = RUN_PER_CPU * info.ncpu.unwrap_or(1).max(1) as usize;
         }
         let lanes = DaemonLanes::new(&endpoint.host, budgets);
         let egress = egress::Egress::new(docker.clone(), endpoint.clone(), &owner.run_id);
@@ -455,6 +458,7 @@ impl DockerProvider {
                 .map(|every| reaper::Periodic::start(docker.clone(), every)),
             docker,
             endpoint,
+            info,
             owner,
             lease: OnceCell::new(),
             lanes,
@@ -473,6 +477,11 @@ impl DockerProvider {
     /// The bollard client (API version negotiated).
     pub fn docker(&self) -> &Docker {
         &self.shared.docker
+    }
+
+    /// What the daemon said of itself at connect.
+    pub(crate) fn daemon_info(&self) -> &SystemInfo {
+        &self.shared.info
     }
 
     /// The settings in force.
