@@ -118,6 +118,28 @@ async fn live_confined_sandboxes_hold_no_open_files() {
     drop(victim);
 }
 
+/// A process whose confinement cannot be built is not started: its command fails as a sandbox
+/// failure (the infrastructure's), never runs unconfined. Here the sandbox's temp directory,
+/// which its rules name, is removed from the host side.
+#[tokio::test]
+async fn a_command_that_cannot_be_confined_is_not_run() {
+    require_kernel_support();
+    let p = provider(true);
+    let s = sandbox(&p, "unconfinable").await;
+    assert_eq!(run(&s, "echo ok").await.0, 0);
+    std::fs::remove_dir(p.root().join("tmp-task-unconfinable")).unwrap();
+    let err = s
+        .exec(ExecRequest::new(
+            "echo ran > ~/marker",
+            Duration::from_secs(20),
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.is_infra(), "{err}");
+    assert!(err.to_string().contains("cannot confine"), "{err}");
+    assert!(!p.root().join("task-unconfinable/marker").exists());
+}
+
 #[tokio::test]
 async fn a_rollout_cannot_read_the_users_files_or_this_process() {
     require_kernel_support();
