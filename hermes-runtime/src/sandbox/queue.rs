@@ -31,6 +31,15 @@ pub(crate) const RUN_PER_CPU: usize = 4;
 /// The flag that sets the commands' budget.
 pub(crate) const RUN_KNOB: &str = "--env.sandbox_command_concurrency";
 
+/// The budget of commands running at once on a host with `cpus` CPUs: `at_once` when set
+/// (above 0), else [`RUN_PER_CPU`] per CPU.
+pub(crate) fn commands_at_once(at_once: usize, cpus: usize) -> usize {
+    match at_once {
+        0 => RUN_PER_CPU * cpus.max(1),
+        n => n,
+    }
+}
+
 /// What a queue holds and where, for its saturation line.
 #[derive(Debug, Clone)]
 pub(crate) struct QueueName {
@@ -85,6 +94,12 @@ impl Queue {
             said: Mutex::new(None),
             lines: AtomicUsize::new(0),
         }
+    }
+
+    /// The queue of the commands running in `place`'s sandboxes, on a host with `cpus` CPUs
+    /// ([`commands_at_once`]).
+    pub(crate) fn commands(place: String, at_once: usize, cpus: usize) -> Self {
+        Queue::new(QueueName::commands(place), commands_at_once(at_once, cpus))
     }
 
     /// Waits for a slot (no timeout: the work's own starts once it holds one).
@@ -176,6 +191,17 @@ mod tests {
 
     fn queue(size: usize) -> Queue {
         Queue::new(QueueName::commands("test host".into()), size)
+    }
+
+    #[test]
+    fn the_commands_budget_is_the_flag_else_four_per_cpu() {
+        assert_eq!(commands_at_once(3, 2), 3);
+        assert_eq!(commands_at_once(0, 2), 8);
+        assert_eq!(
+            commands_at_once(0, 0),
+            4,
+            "a host that says no CPUs counts as one"
+        );
     }
 
     #[tokio::test(start_paused = true)]

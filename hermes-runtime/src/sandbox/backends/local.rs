@@ -48,7 +48,7 @@ use crate::sandbox::integrity::leftovers::{
     kill_local_leftovers, Birth, FrameworkShell, KeptSurvivor,
 };
 use crate::sandbox::integrity::tripwire::WIRE_TIMEOUT;
-use crate::sandbox::queue::{Queue, QueueName, RUN_PER_CPU};
+use crate::sandbox::queue::Queue;
 use crate::sandbox::survival::{LeftoverKill, LeftoverRules};
 
 /// Upper bound on reading after the shell's exit when its end marker is missing (a command
@@ -322,8 +322,8 @@ impl LocalProvider {
         })
     }
 
-    /// Bounds the commands running in the sandboxes at once (0 = [`RUN_PER_CPU`] per CPU of
-    /// this machine).
+    /// Bounds the commands running in the sandboxes at once (0 =
+    /// [`RUN_PER_CPU`](crate::sandbox::queue::RUN_PER_CPU) per CPU of this machine).
     pub fn with_command_concurrency(mut self, at_once: usize) -> Self {
         self.commands = Arc::new(commands_queue(at_once));
         self
@@ -368,14 +368,10 @@ impl Drop for LocalProvider {
     }
 }
 
-/// The queue of the commands running in this machine's sandboxes: `at_once`, else
-/// [`RUN_PER_CPU`] per CPU.
+/// The queue of the commands running in this machine's sandboxes.
 fn commands_queue(at_once: usize) -> Queue {
-    let size = match at_once {
-        0 => RUN_PER_CPU * std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    Queue::new(QueueName::commands("local sandboxes".into()), size)
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Queue::commands("local sandboxes".into(), at_once, cpus)
 }
 
 fn short_id() -> String {

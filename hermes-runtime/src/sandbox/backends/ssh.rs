@@ -33,7 +33,7 @@ use crate::sandbox::files::archive::{
 };
 use crate::sandbox::files::bounded::READ_LIMIT;
 use crate::sandbox::files::remote_path::{normalize, parent_of};
-use crate::sandbox::queue::{Queue, QueueName, RUN_PER_CPU};
+use crate::sandbox::queue::{Queue, RUN_KNOB};
 
 /// `PATH` of remote commands.
 const REMOTE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -267,7 +267,7 @@ impl SshProvider {
             control_dir,
         });
         let (code, out, stderr) = client
-            .helper("command -v bash >/dev/null && command -v tar >/dev/null && command -v setsid >/dev/null && { nproc 2>/dev/null || echo 1; }", &[], None)
+            .helper("command -v bash >/dev/null && command -v tar >/dev/null && command -v setsid >/dev/null && { nproc 2>/dev/null || true; }", &[], None)
             .await
             .map_err(|e| SandboxError::CreateStep {
                 source: Box::new(e),
@@ -278,11 +278,16 @@ impl SshProvider {
                 client.settings.describe()
             )));
         }
-        let cpus = String::from_utf8_lossy(&out)
-            .trim()
-            .parse::<usize>()
-            .unwrap_or(1)
-            .max(1);
+        let cpus = match String::from_utf8_lossy(&out).trim().parse::<usize>() {
+            Ok(n) => n.max(1),
+            Err(_) => {
+                warn!(
+                    "ssh host {} did not say how many CPUs it has (nproc); its commands are                      counted as on one CPU ({RUN_KNOB} sets how many run at once)",
+                    client.settings.describe()
+                );
+                1
+            }
+        };
         let commands = Arc::new(commands_queue(&client, cpus, 0));
         Ok(SshProvider {
             client,
@@ -292,24 +297,18 @@ impl SshProvider {
         })
     }
 
-    /// Bounds the commands running in the host's sandboxes at once (0 = [`RUN_PER_CPU`] per
-    /// CPU of the host).
+    /// Bounds the commands running in the host's sandboxes at once (0 =
+    /// [`RUN_PER_CPU`](crate::sandbox::queue::RUN_PER_CPU) per CPU of the host).
     pub fn with_command_concurrency(mut self, at_once: usize) -> Self {
         self.commands = Arc::new(commands_queue(&self.client, self.cpus, at_once));
         self
     }
 }
 
-/// The queue of the commands running in the host's sandboxes: `at_once`, else
-/// [`RUN_PER_CPU`] per CPU of the host.
+/// The queue of the commands running in the host's sandboxes.
 fn commands_queue(client: &Client, cpus: usize, at_once: usize) -> Queue {
-    let size = if at_once > 0 {
-        at_once
-    } else {
-        RUN_PER_CPU * cpus
-    };
     let place = format!("ssh host {}", client.settings.describe());
-    Queue::new(QueueName::commands(place), size)
+    Queue::commands(place, at_once, cpus)
 }
 
 fn short_id() -> String {

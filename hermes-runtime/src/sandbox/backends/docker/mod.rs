@@ -36,7 +36,7 @@ use tracing::{debug, info_span, Instrument};
 use crate::config::HermesEnvConfig;
 use crate::sandbox::api::{ContainerOverrides, Prepared, Sandbox, SandboxProvider, SandboxSpec};
 use crate::sandbox::error::SandboxError;
-use crate::sandbox::queue::RUN_PER_CPU;
+use crate::sandbox::queue::commands_at_once;
 pub use budget::Budgets;
 use budget::{DaemonLanes, Lane};
 pub use hosts::DockerHosts;
@@ -88,8 +88,8 @@ pub struct DockerSettings {
     pub archive_concurrency: usize,
     /// Daemon filesystem diffs in flight at once.
     pub diff_concurrency: usize,
-    /// Commands running in the host's sandboxes at once (0 = [`RUN_PER_CPU`] per CPU of the
-    /// daemon's host).
+    /// Commands running in the host's sandboxes at once (0 =
+    /// [`RUN_PER_CPU`](crate::sandbox::queue::RUN_PER_CPU) per CPU of the daemon's host).
     pub command_concurrency: usize,
     /// Container creations started per second (0 = unlimited).
     pub create_rate: f64,
@@ -414,7 +414,8 @@ pub(crate) fn create_error(image: &str, host: &str, e: bollard::errors::Error) -
     SandboxError::CreateDocker { doing, source: e }
 }
 
-/// The CPUs of the daemon's host (commands run there, not here).
+/// What the daemon says of its host (its CPUs bound the commands run there; its memory, the
+/// sandboxes it has room for).
 async fn daemon_info(docker: &Docker, endpoint: &Endpoint) -> Result<SystemInfo, SandboxError> {
     let info = tokio::time::timeout(Duration::from_secs(30), docker.info())
         .await
@@ -447,9 +448,7 @@ impl DockerProvider {
         watchdog::spawn(&owner.run_id, &endpoint);
         let info = daemon_info(&docker, &endpoint).await?;
         let mut budgets = settings.budgets();
-        if budgets.run == 0 {
-            budgets.run = RUN_PER_CPU * info.ncpu.unwrap_or(1).max(1) as usize;
-        }
+        budgets.run = commands_at_once(budgets.run, info.ncpu.unwrap_or(1).max(1) as usize);
         let lanes = DaemonLanes::new(&endpoint.host, budgets);
         let egress = egress::Egress::new(docker.clone(), endpoint.clone(), &owner.run_id);
         let shared = Arc::new(Shared {
