@@ -210,6 +210,8 @@ async fn confinement_cost(sandboxes: usize) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for confined in [false, true] {
         let provider = LocalProvider::new()?.confined(confined);
+        let ticking = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let ticker = tokio::spawn(longest_stall(Arc::clone(&ticking)));
         let run = measure(async {
             for i in 0..sandboxes {
                 let sandbox = provider
@@ -227,19 +229,41 @@ async fn confinement_cost(sandboxes: usize) -> anyhow::Result<()> {
             }
         })
         .await;
+        ticking.store(false, std::sync::atomic::Ordering::Relaxed);
+        let stall = ticker.await?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3 / sandboxes as f64;
-        rows.push((confined, ms(run.cpu), ms(run.children), ms(run.wall)));
+        let stall_ms = stall.as_secs_f64() * 1e3;
+        rows.push((
+            confined,
+            ms(run.cpu),
+            ms(run.children),
+            ms(run.wall),
+            stall_ms,
+        ));
     }
     println!("\nlocal sandbox life ({sandboxes} sandboxes, 3 commands each): ms per sandbox");
     println!(
-        "{:>26} {:>10} {:>10} {:>10}",
-        "", "own cpu", "child cpu", "wall"
+        "{:>26} {:>10} {:>10} {:>10} {:>14}",
+        "", "own cpu", "child cpu", "wall", "longest stall"
     );
-    for (confined, own, child, wall) in &rows {
+    for (confined, own, child, wall, stall) in &rows {
         let name = if *confined { "confined" } else { "unconfined" };
-        println!("{name:>26} {own:>10.3} {child:>10.3} {wall:>10.3}");
+        println!("{name:>26} {own:>10.3} {child:>10.3} {wall:>10.3} {stall:>14.1}");
     }
     Ok(())
+}
+
+/// The longest the async thread (one, as in the generated `main`) left a 1 ms timer late
+/// while `ticking`: what every other session and rollout on it waits for at worst.
+async fn longest_stall(ticking: Arc<std::sync::atomic::AtomicBool>) -> Duration {
+    let tick = Duration::from_millis(1);
+    let mut longest = Duration::ZERO;
+    while ticking.load(std::sync::atomic::Ordering::Relaxed) {
+        let asked = Instant::now();
+        tokio::time::sleep(tick).await;
+        longest = longest.max(asked.elapsed().saturating_sub(tick));
+    }
+    longest
 }
 
 async fn bare_http(url: &str, calls: usize, concurrency: usize) {
@@ -261,6 +285,13 @@ async fn bare_http(url: &str, calls: usize, concurrency: usize) {
         .buffer_unordered(concurrency)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// A runtime on this thread alone, as the generated `main` builds.
+fn one_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// The value after flag `name` on the command line.
@@ -286,7 +317,7 @@ fn main() -> anyhow::Result<()> {
     }
     if std::env::args().any(|a| a == "--confinement") {
         let n = arg_value("--sandboxes").map_or(Ok(400), |v| v.parse())?;
-        return tokio::runtime::Runtime::new()?.block_on(confinement_cost(n));
+        return one_thread()?.block_on(confinement_cost(n));
     }
     tokio::runtime::Runtime::new()?.block_on(overhead())
 }
@@ -372,6 +403,8 @@ async fn overhead() -> anyhow::Result<()> {
     );
     println!("baseline = one bare reqwest chat call per turn to the same server; ratio = framework/baseline cpu per turn");
     child_cpu_per_command(if quick { 200 } else { 1000 }).await?;
-    confinement_cost(if quick { 100 } else { 400 }).await?;
+    // On one thread, as the generated `main` runs, so that a stall of it shows.
+    let n = if quick { 100 } else { 400 };
+    tokio::task::spawn_blocking(move || one_thread()?.block_on(confinement_cost(n))).await??;
     Ok(())
 }
