@@ -121,6 +121,14 @@ impl Confiner {
                 }
             ),
         }
+        if cgroups.is_ok() {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let features =
+                std::fs::read_to_string("/sys/kernel/cgroup/features").unwrap_or_default();
+            if let Some(hint) = join_wait_hint(&mounts, &features) {
+                info!("{hint}");
+            }
+        }
         if landlock.is_ok() {
             // Its `/proc/<pid>/…` (environment, memory, descriptors: the user's secrets, the
             // other sandboxes' pipes) then needs CAP_SYS_PTRACE, which confined commands drop.
@@ -288,9 +296,10 @@ impl Domain {
     ///
     /// The spawn that follows waits for the child's join of its cgroup: a kernel RCU grace
     /// period (24–27 ms of the async thread, `overhead -- --confinement`) when no process
-    /// joined a cgroup just before, none under load. It stays on the calling thread: spawned
-    /// from the blocking pool, the forks contend with this thread for the process's memory
-    /// map, which cost more CPU per turn at 4,096 live rollouts than the waits.
+    /// joined a cgroup just before, none under load or on a hierarchy mounted `favordynmods`
+    /// ([`join_wait_hint`] says so at start). It stays on the calling thread: spawned from
+    /// the blocking pool, the forks contend with this thread for the process's memory map,
+    /// which cost more CPU per turn at 4,096 live rollouts than the waits.
     pub fn enter(&self, command: &mut Command) -> Result<Entered, SandboxError> {
         let confine = |e: BoxError| SandboxError::Confine { source: e };
         let ruleset = match &self.landlock {
@@ -498,10 +507,34 @@ fn count_procs(dir: &Path) -> usize {
 /// host).
 fn cgroup2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
+    cgroup2_in(&info).map(|(mount, _)| PathBuf::from(mount))
+}
+
+/// The cgroup v2 mount point in a `/proc/self/mountinfo` text, and its superblock options.
+fn cgroup2_in(mountinfo: &str) -> Option<(&str, &str)> {
+    mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let mount_point = left.split(' ').nth(4)?;
-        (right.split(' ').next()? == "cgroup2").then(|| PathBuf::from(mount_point))
+        let mut fs = right.split(' ');
+        (fs.next()? == "cgroup2").then(|| (mount_point, fs.nth(1).unwrap_or_default()))
+    })
+}
+
+/// The line saying how to take away the wait as each sandbox's first process joins its cgroup:
+/// the kernel makes a migration wait for an RCU grace period (10–20 ms here; the thread starting
+/// the process waits with it) unless the hierarchy is mounted `favordynmods`, which Linux ≥ 6.0
+/// offers (`features`: `/sys/kernel/cgroup/features`) at some cost to every fork and exit on
+/// the host. `None` when it is mounted so, or the kernel cannot.
+fn join_wait_hint(mountinfo: &str, features: &str) -> Option<String> {
+    let (mount, options) = cgroup2_in(mountinfo)?;
+    let has = |list: &str, word: &str| list.split([',', '\n']).any(|w| w.trim() == word);
+    (has(features, "favordynmods") && !has(options, "favordynmods")).then(|| {
+        format!(
+            "local sandboxes: each sandbox's first process waits 10-20 ms for the kernel to let \
+             it join its cgroup, and the thread starting it waits too; as root, `mount -o \
+             remount,favordynmods {mount}` takes the wait away (at some cost to every fork and \
+             exit on this host)"
+        )
     })
 }
 
@@ -562,5 +595,38 @@ impl SandboxCgroup {
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
         remove_cgroup(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 1 0:27 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 31 0:39 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+    const FEATURES: &str = "nsdelegate\nfavordynmods\nmemory_localevents\n";
+
+    #[test]
+    fn the_cgroup_join_wait_is_said_with_its_knob_unless_mounted_away_or_unsupported() {
+        let hint = join_wait_hint(HYBRID, FEATURES).expect("said on a plain mount");
+        assert!(
+            hint.contains("mount -o remount,favordynmods /sys/fs/cgroup/unified"),
+            "{hint}"
+        );
+        let favoured = HYBRID.replace("cgroup2 rw\n", "cgroup2 rw,favordynmods\n");
+        assert_eq!(
+            join_wait_hint(&favoured, FEATURES),
+            None,
+            "already mounted so"
+        );
+        assert_eq!(
+            join_wait_hint(HYBRID, "nsdelegate\nmemory_localevents\n"),
+            None,
+            "a kernel without the option is not told to use it"
+        );
+        assert_eq!(join_wait_hint("", FEATURES), None, "no cgroup v2 mount");
     }
 }
