@@ -731,3 +731,59 @@ async fn the_next_run_removes_what_a_sigkilled_run_left() {
     }
     assert!(daemon_pids().is_empty(), "and killed both daemons");
 }
+
+/// A confined local run says at start, at the default level, how to take away the wait of a
+/// sandbox's first process joining its cgroup: exactly when the host's cgroup v2 mount lacks
+/// `favordynmods` and its kernel offers it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cgroup_join_wait_and_its_knob_are_said_at_start() {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cgroup2 = mounts
+        .lines()
+        .find_map(|l| l.split_once(" - cgroup2 "))
+        .expect("this test needs a cgroup v2 hierarchy mounted");
+    let mount = cgroup2.0.split(' ').nth(4).unwrap().to_owned();
+    let favoured = cgroup2.1.contains("favordynmods");
+    let offered = std::fs::read_to_string("/sys/kernel/cgroup/features")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l == "favordynmods");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(
+        &[
+            "process",
+            "--testing",
+            "true",
+            "--env.total_steps",
+            "1",
+            "--env.terminal_backend",
+            "local",
+        ],
+        tmp.path(),
+    )
+    .await;
+    let text = stderr(&out);
+    assert!(out.status.success(), "{text}");
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("remount,favordynmods"))
+        .collect();
+    if offered && !favoured {
+        assert_eq!(said.len(), 1, "said once: {text}");
+        assert!(
+            said[0].contains("INFO"),
+            "at the default level: {}",
+            said[0]
+        );
+        assert!(
+            said[0].contains(&format!("mount -o remount,favordynmods {mount}")),
+            "naming the mount: {}",
+            said[0]
+        );
+    } else {
+        assert!(
+            said.is_empty(),
+            "not said (mounted favordynmods: {favoured}, offered: {offered}): {text}"
+        );
+    }
+}
