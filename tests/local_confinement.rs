@@ -6,6 +6,8 @@
 //! closes. The host must have Landlock and a writable cgroup v2 hierarchy (the CI machine
 //! does); a host without them fails here, saying so.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,11 +46,7 @@ fn require_kernel_support() {
         abi >= 1,
         "this test needs a kernel with Landlock (CONFIG_SECURITY_LANDLOCK, lsm=landlock)"
     );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        mounts.contains(" - cgroup2 "),
-        "this test needs a cgroup v2 hierarchy mounted"
-    );
+    common::cgroup2_mount();
 }
 
 #[tokio::test]
@@ -218,7 +216,7 @@ async fn a_confined_rollout_has_its_own_temp_directory() {
         .find_map(|l| l.strip_prefix("0::"))
         .expect("a cgroup v2 path")
         .to_owned();
-    let mount = cgroup_mount();
+    let mount = common::cgroup2_mount().0;
     assert!(
         mount.join(cgroup.trim_start_matches('/')).is_dir(),
         "{cgroup}"
@@ -230,17 +228,6 @@ async fn a_confined_rollout_has_its_own_temp_directory() {
         "its cgroup {cgroup} is removed at teardown, its process killed"
     );
     assert!(!alive(sleeper), "its process is killed");
-}
-
-/// Where the cgroup v2 hierarchy is mounted.
-fn cgroup_mount() -> std::path::PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.starts_with("cgroup2 ")).then(|| left.split(' ').nth(4).unwrap().into())
-        })
-        .expect("a cgroup v2 hierarchy")
 }
 
 #[tokio::test]

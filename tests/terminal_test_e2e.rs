@@ -737,13 +737,8 @@ async fn the_next_run_removes_what_a_sigkilled_run_left() {
 /// `favordynmods` and its kernel offers it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cgroup_join_wait_and_its_knob_are_said_at_start() {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let cgroup2 = mounts
-        .lines()
-        .find_map(|l| l.split_once(" - cgroup2 "))
-        .expect("this test needs a cgroup v2 hierarchy mounted");
-    let mount = cgroup2.0.split(' ').nth(4).unwrap().to_owned();
-    let favoured = cgroup2.1.contains("favordynmods");
+    let (mount, options) = common::cgroup2_mount();
+    let favoured = options.split(',').any(|o| o == "favordynmods");
     let offered = std::fs::read_to_string("/sys/kernel/cgroup/features")
         .unwrap_or_default()
         .lines()
@@ -776,7 +771,10 @@ async fn the_cgroup_join_wait_and_its_knob_are_said_at_start() {
             said[0]
         );
         assert!(
-            said[0].contains(&format!("mount -o remount,favordynmods {mount}")),
+            said[0].contains(&format!(
+                "mount -o remount,favordynmods {}",
+                mount.display()
+            )),
             "naming the mount: {}",
             said[0]
         );

@@ -21,6 +21,19 @@ use hermes_runtime::sandbox::{LocalProvider, SandboxProvider, TaskSandbox};
 use hermes_runtime::tools::{ToolRegistry, ToolSet};
 use tokio::sync::Semaphore;
 
+/// Where the cgroup v2 hierarchy is mounted, and its superblock options (`rw,favordynmods`,
+/// …); fails, saying so, on a host without one.
+pub fn cgroup2_mount() -> (PathBuf, String) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("/proc/self/mountinfo");
+    info.lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - cgroup2 ")?;
+            let options = right.split(' ').nth(1).unwrap_or_default();
+            Some((left.split(' ').nth(4)?.into(), options.to_owned()))
+        })
+        .expect("this test needs a cgroup v2 hierarchy mounted")
+}
+
 /// A client for one server with fast retries (3 attempts, ≤ 20 ms backoff).
 pub fn client(base_url: &str) -> LlmClient {
     let config = ApiServerConfig {

@@ -390,8 +390,9 @@ impl SandboxProvider for LocalProvider {
             // One `mkdir`: cheaper here than a hand-off to the blocking pool and back.
             return Ok(Arc::new(maker.open(task_id, None)?));
         }
-        // A confined sandbox's ruleset and cgroup cost a few dozen system calls, which would
-        // stall every other session and rollout on this thread.
+        // A confined sandbox's temp directory, shell state file and cgroup (made in the
+        // kernel's cgroup tree) are work that would stall every other session and rollout on
+        // this thread; its Landlock ruleset is built later, as each of its processes starts.
         let task_id = task_id.to_owned();
         Ok(Arc::new(
             blocking(move || maker.open(&task_id, None)).await?,

@@ -88,7 +88,8 @@ impl Confiner {
                 .map_err(|e| format!("cannot open the paths its rules name ({e})"))?;
             Ok((abi, rules))
         });
-        let cgroups = run_cgroup(run);
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let cgroups = run_cgroup(run, &mounts);
         match (&landlock, &cgroups) {
             (Ok((abi, _)), Ok(cg)) => info!(
                 "local sandboxes: confined (Landlock ABI {abi}: each reads the system and its \
@@ -122,7 +123,6 @@ impl Confiner {
             ),
         }
         if cgroups.is_ok() {
-            let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
             let features =
                 std::fs::read_to_string("/sys/kernel/cgroup/features").unwrap_or_default();
             if let Some(hint) = join_wait_hint(&mounts, &features) {
@@ -439,9 +439,11 @@ fn cgroup_name(name: &str) -> String {
         .collect()
 }
 
-/// Makes this run's cgroup `run` below this process's own in the cgroup v2 hierarchy.
-fn run_cgroup(run: &str) -> Result<PathBuf, String> {
-    let mount = cgroup2_mount().ok_or("no cgroup v2 hierarchy is mounted")?;
+/// Makes this run's cgroup `run` below this process's own in the cgroup v2 hierarchy (found in
+/// `mountinfo`, the text of `/proc/self/mountinfo`).
+fn run_cgroup(run: &str, mountinfo: &str) -> Result<PathBuf, String> {
+    let (mount, _) = cgroup2_in(mountinfo).ok_or("no cgroup v2 hierarchy is mounted")?;
+    let mount = Path::new(mount);
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
     let own = own
@@ -503,14 +505,8 @@ fn count_procs(dir: &Path) -> usize {
     here + below
 }
 
-/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `…/unified` on a hybrid
-/// host).
-fn cgroup2_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    cgroup2_in(&info).map(|(mount, _)| PathBuf::from(mount))
-}
-
-/// The cgroup v2 mount point in a `/proc/self/mountinfo` text, and its superblock options.
+/// Where the cgroup v2 hierarchy is mounted in a `/proc/self/mountinfo` text (`/sys/fs/cgroup`,
+/// or `…/unified` on a hybrid host), and its superblock options.
 fn cgroup2_in(mountinfo: &str) -> Option<(&str, &str)> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;

@@ -282,7 +282,8 @@ impl SshProvider {
             Ok(n) => n.max(1),
             Err(_) => {
                 warn!(
-                    "ssh host {} did not say how many CPUs it has (nproc); its commands are                      counted as on one CPU ({RUN_KNOB} sets how many run at once)",
+                    "ssh host {} did not say how many CPUs it has (nproc); its commands are \
+                     counted as on one CPU ({RUN_KNOB} sets how many run at once)",
                     client.settings.describe()
                 );
                 1
