@@ -195,6 +195,73 @@ async fn a_rollout_cannot_read_the_users_files_or_this_process() {
     }
 }
 
+/// A confined sandbox whose processes never start (a verifier that writes and reads a file)
+/// makes its scratch directory and nothing else: its temp directory, its shell's state file
+/// and its cgroup come with its first process, or with a file tool's first use of the temp
+/// directory. Each was one more inode or cgroup per episode of an `openenv` session, made and
+/// removed for nothing. Teardown removes what was made, and a second teardown is a no-op.
+#[tokio::test]
+async fn a_sandbox_without_processes_makes_only_its_directory() {
+    require_kernel_support();
+    let p = provider(true);
+    let run_name = p.root().file_name().unwrap().to_string_lossy().into_owned();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    let run_cgroup = common::cgroup2_mount()
+        .0
+        .join(own.trim_start_matches('/'))
+        .join(&run_name);
+    assert!(run_cgroup.is_dir(), "the run's cgroup {run_cgroup:?}");
+    let state_files = || {
+        let dir = std::path::Path::new("/dev/shm").join(&run_name);
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(".task-f."))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+
+    let s = sandbox(&p, "f").await;
+    s.write_file("verdict.txt", b"1").await.unwrap();
+    assert_eq!(s.read_file("verdict.txt").await.unwrap(), b"1");
+    assert!(p.root().join("task-f/verdict.txt").is_file());
+    assert!(
+        !p.root().join("tmp-task-f").exists(),
+        "no temp directory yet"
+    );
+    assert!(!run_cgroup.join("task-f").exists(), "no cgroup yet");
+    assert_eq!(state_files(), 0, "no shell state file yet");
+
+    // A file tool reaching the temp directory first makes it (and the rest of the domain).
+    let note = format!("{}/note", s.temp_dir());
+    s.write_file(&note, b"from the tool").await.unwrap();
+    assert!(p.root().join("tmp-task-f/note").is_file());
+    assert!(
+        run_cgroup.join("task-f").is_dir(),
+        "made with the temp directory"
+    );
+    assert_eq!(state_files(), 1);
+    let (code, out) = run(&s, "cat $TMPDIR/note; echo x > ../task-other").await;
+    assert_ne!(code, 0, "its command is confined: {out}");
+    assert!(out.contains("from the tool"), "{out}");
+
+    s.teardown().await.unwrap();
+    assert!(!p.root().join("task-f").exists());
+    assert!(!p.root().join("tmp-task-f").exists());
+    assert!(!run_cgroup.join("task-f").exists());
+    assert_eq!(state_files(), 0);
+    s.teardown().await.unwrap();
+
+    // Torn down without ever making more than its directory.
+    let bare = sandbox(&p, "bare").await;
+    bare.write_file("x", b"x").await.unwrap();
+    bare.teardown().await.unwrap();
+    assert!(!p.root().join("task-bare").exists());
+    assert!(!run_cgroup.join("task-bare").exists());
+}
+
 #[tokio::test]
 async fn a_confined_rollout_has_its_own_temp_directory() {
     require_kernel_support();

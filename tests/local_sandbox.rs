@@ -205,6 +205,45 @@ async fn teardown_removes_the_directory_and_later_use_is_an_infra_error() {
     assert!(err.is_infra(), "{err}");
 }
 
+/// A sandbox none of whose processes ran (its files written by this process's tools only) is
+/// emptied at teardown and its directory renamed into place for the next sandbox: on an ext4
+/// without a journal that costs less than a `rmdir` and a `mkdir`. One in which a process ran
+/// is removed, never reused.
+#[tokio::test]
+async fn a_directory_no_process_used_is_emptied_and_reused_and_no_other() {
+    use std::os::unix::fs::MetadataExt;
+    let p = LocalProvider::new().unwrap();
+    let spares = || {
+        std::fs::read_dir(p.root())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".spare-"))
+            .count()
+    };
+    let a = sandbox(&p, "a").await;
+    let inode = std::fs::metadata(a.workdir()).unwrap().ino();
+    a.write_file("sub/answer.txt", b"42").await.unwrap();
+    a.write_file("verdict.txt", b"1").await.unwrap();
+    a.teardown().await.unwrap();
+    assert!(!Path::new(a.workdir()).exists());
+    assert_eq!(spares(), 1, "kept");
+
+    let b = sandbox(&p, "b").await;
+    assert_eq!(spares(), 0);
+    let meta = std::fs::metadata(b.workdir()).unwrap();
+    assert_eq!(meta.ino(), inode, "a's directory, renamed into place");
+    assert_eq!(
+        std::fs::read_dir(b.workdir()).unwrap().count(),
+        0,
+        "emptied"
+    );
+    let out = b.exec(req("echo hi > note && cat note", 5)).await.unwrap();
+    assert_eq!(out.output.trim(), "hi");
+    b.teardown().await.unwrap();
+    assert!(!Path::new(b.workdir()).exists());
+    assert_eq!(spares(), 0, "a directory a process ran in is removed");
+}
+
 /// A local sandbox that cannot scan its files from this process, as Docker and ssh cannot:
 /// the tripwires run their scans as `find` commands in it.
 struct FindsInside(Arc<dyn Sandbox>);

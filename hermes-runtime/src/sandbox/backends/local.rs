@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 use super::local_confine::{self, Confiner, Domain};
 use super::local_fork::{self, LocalPrepared};
 use super::local_reaper;
+use super::local_spares::Spares;
 use crate::sandbox::api::{
     refuse_user, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxProvider, SandboxSpec, Transfer,
 };
@@ -276,6 +277,8 @@ pub struct LocalProvider {
     confiner: Arc<Confiner>,
     /// The commands running in the sandboxes at once, on this machine's cores.
     commands: Arc<Queue>,
+    /// Emptied scratch directories, renamed into place for the next sandboxes.
+    spares: Arc<Spares>,
 }
 
 /// Where the shells keep their working directory first: a file made, rewritten three times per
@@ -300,6 +303,7 @@ impl LocalProvider {
         let root = temp.join(&name);
         std::fs::create_dir_all(&root)?;
         local_reaper::claim(&root)?;
+        let spares = Arc::new(Spares::new(&root)?);
         let state_root = Path::new(STATE_DIR).join(&name);
         let state_root = match std::fs::create_dir(&state_root) {
             Ok(()) => Some(state_root),
@@ -319,6 +323,7 @@ impl LocalProvider {
             env: CommandEnv::read(&[]),
             confiner: Arc::new(Confiner::off()),
             commands: Arc::new(commands_queue(0)),
+            spares,
         })
     }
 
@@ -385,18 +390,10 @@ impl SandboxProvider for LocalProvider {
         task_id: &str,
         _spec: &SandboxSpec,
     ) -> Result<Arc<dyn Sandbox>, SandboxError> {
-        let maker = self.maker();
-        if !self.confiner.confines() {
-            // One `mkdir`: cheaper here than a hand-off to the blocking pool and back.
-            return Ok(Arc::new(maker.open(task_id, None)?));
-        }
-        // A confined sandbox's temp directory, shell state file and cgroup (made in the
-        // kernel's cgroup tree) are work that would stall every other session and rollout on
-        // this thread; its Landlock ruleset is built later, as each of its processes starts.
-        let task_id = task_id.to_owned();
-        Ok(Arc::new(
-            blocking(move || maker.open(&task_id, None)).await?,
-        ))
+        // One `mkdir`: cheaper here than a hand-off to the blocking pool and back. A confined
+        // sandbox's temp directory, shell state file and cgroup are made with its first
+        // process, its Landlock ruleset as each of them starts (`Domain`).
+        Ok(Arc::new(self.maker().open(task_id, None)?))
     }
 
     async fn prepare(
@@ -417,6 +414,7 @@ impl LocalProvider {
             env: self.env.clone(),
             confiner: Arc::clone(&self.confiner),
             commands: Arc::clone(&self.commands),
+            spares: Arc::clone(&self.spares),
         }
     }
 }
@@ -430,6 +428,7 @@ pub(super) struct Maker {
     env: CommandEnv,
     confiner: Arc<Confiner>,
     commands: Arc<Queue>,
+    spares: Arc<Spares>,
 }
 
 impl Maker {
@@ -457,6 +456,7 @@ impl Maker {
     ) -> Result<LocalSandbox, SandboxError> {
         let dir = self.dir(task_id);
         match from {
+            None if self.spares.take(&dir) => {}
             None => std::fs::create_dir_all(&dir).map_err(|e| SandboxError::CreateIo {
                 doing: format!("creating {}", dir.display()),
                 source: e,
@@ -464,8 +464,9 @@ impl Maker {
             Some(from) => local_fork::copy_dir(from, &dir)?,
         }
         let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
-        sandbox.confine(&self.confiner)?;
+        sandbox.confine(&self.confiner);
         sandbox.commands = Some(Arc::clone(&self.commands));
+        sandbox.spares = Some(Arc::clone(&self.spares));
         Ok(sandbox)
     }
 }
@@ -507,6 +508,9 @@ pub struct LocalSandbox {
     /// Set before the first process of this sandbox is started: until then nothing of it can
     /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
     spawned: AtomicBool,
+    /// Set once torn down: a second teardown (an episode's end, then its close) and the drop
+    /// have nothing left to remove.
+    torn_down: AtomicBool,
     /// Where the shell keeps the working directory between commands, the first it can write:
     /// in the provider's [`STATE_DIR`] directory, else beside the scratch directory (never in
     /// it).
@@ -521,6 +525,9 @@ pub struct LocalSandbox {
     readable: Arc<Confiner>,
     /// The provider's queue of running commands (none for a sandbox made on its own).
     commands: Option<Arc<Queue>>,
+    /// Where its directory is kept at teardown when none of its processes ever ran (none for
+    /// a sandbox made on its own).
+    spares: Option<Arc<Spares>>,
 }
 
 impl LocalSandbox {
@@ -553,6 +560,7 @@ impl LocalSandbox {
             shell_unavailable: AtomicBool::new(false),
             shell_deferred: AtomicBool::new(true),
             spawned: AtomicBool::new(false),
+            torn_down: AtomicBool::new(false),
             state_files,
             task_id: task_id.to_owned(),
             cwd: Mutex::new(dir.clone()),
@@ -569,13 +577,15 @@ impl LocalSandbox {
             tmp_str: "/tmp".into(),
             readable: Arc::new(Confiner::off()),
             commands: None,
+            spares: None,
         }
     }
 
     /// Puts the sandbox's processes in a Landlock domain and cgroup of their own, as far as
     /// `confiner` can: they write only the scratch directory, a temp directory beside it
-    /// (their `TMPDIR`) and the shell's state file.
-    fn confine(&mut self, confiner: &Arc<Confiner>) -> Result<(), SandboxError> {
+    /// (their `TMPDIR`) and the shell's state file, all made with the cgroup when the first
+    /// process starts ([`Domain::ready`]).
+    fn confine(&mut self, confiner: &Arc<Confiner>) {
         let name = self
             .dir
             .file_name()
@@ -584,10 +594,6 @@ impl LocalSandbox {
             .into_owned();
         if confiner.confines_files() {
             let tmp = self.dir.with_file_name(format!("tmp-{name}"));
-            std::fs::create_dir_all(&tmp).map_err(|e| SandboxError::CreateIo {
-                doing: format!("creating {}", tmp.display()),
-                source: e,
-            })?;
             self.env.retain(|(k, _)| k != "TMPDIR");
             self.env.push(("TMPDIR".into(), tmp.clone().into()));
             self.tmp_str = tmp.to_string_lossy().into_owned();
@@ -602,11 +608,19 @@ impl LocalSandbox {
             .take(1)
             .map(PathBuf::as_path)
             .collect();
-        self.domain = confiner.domain(&name, &writable, &files)?;
+        self.domain = confiner.domain(&name, &writable, &files);
         if self.domain.confines_files() {
             self.readable = Arc::clone(confiner);
         }
-        Ok(())
+    }
+
+    /// Makes the sandbox's temp directory (with the rest of its domain) when `path` is in it
+    /// and it is not made yet: a file tool or a copy reaching it before any process.
+    fn ready_for(&self, path: &Path) -> Result<(), SandboxError> {
+        match &self.tmp {
+            Some(tmp) if path.starts_with(tmp) => self.domain.ready(),
+            _ => Ok(()),
+        }
     }
 
     /// The host path a file tool's `path` names, when a confined sandbox may reach it: inside
@@ -618,6 +632,7 @@ impl LocalSandbox {
         if !self.domain.confines_files() {
             return Ok(p);
         }
+        self.ready_for(&p)?;
         let refused = || {
             SandboxError::Path(format!(
                 "{path} is outside this sandbox (its file tools {} only its own directory{})",
@@ -626,9 +641,14 @@ impl LocalSandbox {
             ))
         };
         let real = real_path(&p).ok_or_else(refused)?;
-        let own = std::iter::once(&self.dir)
-            .chain(self.tmp.as_ref())
-            .filter_map(|d| std::fs::canonicalize(d).ok())
+        // Its directories' real paths, as they were made: their parent, the run's root, is
+        // out of its processes' reach, so none of them can have become a link since.
+        let own = std::iter::once(self.start_dir.clone())
+            .chain(
+                self.tmp
+                    .as_ref()
+                    .and_then(|t| Some(self.start_dir.with_file_name(t.file_name()?))),
+            )
             .any(|d| real.starts_with(&d));
         if own || (!write && self.readable.file_tools_read(&real)) {
             return Ok(real);
@@ -1222,12 +1242,14 @@ impl Sandbox for LocalSandbox {
     async fn upload_file(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
         self.refuse_planted_links(&dest)?;
+        self.ready_for(&dest)?;
         blocking(move || copy_file(&src, &dest)).await
     }
 
     async fn upload_dir(&self, local: &Path, remote: &str) -> Result<Transfer, SandboxError> {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
         self.refuse_planted_links(&dest)?;
+        self.ready_for(&dest)?;
         blocking(move || copy_tree(&src, &dest)).await
     }
 
@@ -1284,18 +1306,34 @@ impl Sandbox for LocalSandbox {
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
+        if self.torn_down.load(SeqCst) {
+            return Ok(());
+        }
         self.reset_processes().await?;
         // What the reset passed over: the survivors and their groups.
         self.kill_all();
-        let (state_files, dir) = (self.state_files.clone(), self.dir.clone());
-        let (tmp, cgroup) = (self.tmp.clone(), self.domain.cgroup_dir());
+        // Only a sandbox that started a process or used its temp directory has a temp
+        // directory, a cgroup or a state file (`Domain::ready`; an unconfined shell writes
+        // its state file itself).
+        let made = self.spawned.load(SeqCst) || self.domain.is_ready();
+        let state_files = if made {
+            self.state_files.clone()
+        } else {
+            Vec::new()
+        };
+        let tmp = self.tmp.clone().filter(|_| made);
+        let spares = self.spares.clone().filter(|_| !made);
+        let (cgroup, dir) = (self.domain.cgroup(), self.dir.clone());
         blocking(move || {
+            if spares.is_some_and(|spares| spares.keep(&dir)) {
+                return Ok(());
+            }
             if let Some(tmp) = tmp {
                 let _ = std::fs::remove_dir_all(tmp);
             }
             // Waiting for the killed cgroup to empty takes milliseconds.
             if let Some(cgroup) = cgroup {
-                local_confine::remove_cgroup(&cgroup);
+                cgroup.remove();
             }
             for file in &state_files {
                 let _ = std::fs::remove_file(file);
@@ -1306,7 +1344,9 @@ impl Sandbox for LocalSandbox {
                 Err(e) => Err(io_err(&dir, e)),
             }
         })
-        .await
+        .await?;
+        self.torn_down.store(true, SeqCst);
+        Ok(())
     }
 }
 
@@ -1314,6 +1354,9 @@ impl Drop for LocalSandbox {
     fn drop(&mut self) {
         *self.shell.get_mut() = None;
         self.kill_all();
+        if *self.torn_down.get_mut() {
+            return;
+        }
         for file in &self.state_files {
             let _ = std::fs::remove_file(file);
         }

@@ -17,7 +17,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use landlock::{
@@ -152,12 +152,6 @@ impl Confiner {
         self.landlock.is_some()
     }
 
-    /// Whether a sandbox gets a Landlock ruleset or a cgroup: its making then costs a few
-    /// dozen system calls, and its removal waits for its cgroup to empty.
-    pub fn confines(&self) -> bool {
-        self.landlock.is_some() || self.cgroups.is_some()
-    }
-
     /// Whether a confined sandbox's file tools may read `real` (a path without links) outside
     /// its own directories: in the system trees and `PATH` directories its commands read,
     /// except `/proc` and `/sys` (this process's own files are there).
@@ -170,42 +164,21 @@ impl Confiner {
         system.chain(path_dirs).any(|d| real.starts_with(d))
     }
 
-    /// The domain of one sandbox writing `writable` (directories, created beforehand) and the
-    /// files `files` (its shell's state files; made empty here if missing).
-    pub fn domain(
-        self: &Arc<Self>,
-        name: &str,
-        writable: &[&Path],
-        files: &[&Path],
-    ) -> Result<Domain, SandboxError> {
-        let landlock = match self.landlock {
-            Some(_) => {
-                for file in files.iter().filter(|f| !f.exists()) {
-                    std::fs::File::create(file).map_err(|e| SandboxError::CreateIo {
-                        doing: format!("creating {}", file.display()),
-                        source: e,
-                    })?;
-                }
-                Some(Landlock {
-                    shared: Arc::clone(self),
-                    writable: writable.iter().map(|p| p.to_path_buf()).collect(),
-                    files: files.iter().map(|p| p.to_path_buf()).collect(),
-                })
-            }
-            None => None,
-        };
-        let cgroup = self.cgroups.as_ref().and_then(|run| {
-            let dir = run.join(cgroup_name(name));
-            match std::fs::create_dir(&dir) {
-                Ok(()) => Some(SandboxCgroup { dir }),
-                Err(e) => {
-                    static SAID: AtomicBool = AtomicBool::new(false);
-                    say_once(&SAID, format!("local sandbox {name}: cannot make its cgroup ({e}); its processes are found by their environment only"));
-                    None
-                }
-            }
-        });
-        Ok(Domain { landlock, cgroup })
+    /// The domain of one sandbox writing `writable` (directories) and the files `files` (its
+    /// shell's state files). Nothing is made here: they and the sandbox's cgroup are made when
+    /// its first process starts ([`Domain::ready`]), and a sandbox whose processes never start
+    /// (a verifier that reads and writes files only) costs no directory, file or cgroup more
+    /// than its own scratch directory.
+    pub fn domain(self: &Arc<Self>, name: &str, writable: &[&Path], files: &[&Path]) -> Domain {
+        Domain {
+            landlock: self.landlock.map(|_| Landlock {
+                shared: Arc::clone(self),
+                writable: writable.iter().map(|p| p.to_path_buf()).collect(),
+                files: files.iter().map(|p| p.to_path_buf()).collect(),
+            }),
+            cgroup_at: self.cgroups.as_ref().map(|run| run.join(cgroup_name(name))),
+            cgroup: OnceLock::new(),
+        }
     }
 }
 
@@ -276,7 +249,10 @@ impl Landlock {
 #[derive(Debug, Default)]
 pub(crate) struct Domain {
     landlock: Option<Landlock>,
-    cgroup: Option<SandboxCgroup>,
+    /// Where its cgroup is made, when the run has cgroups.
+    cgroup_at: Option<PathBuf>,
+    /// Set once the domain is [`Domain::ready`]: its cgroup, when it could be made.
+    cgroup: OnceLock<Option<Arc<SandboxCgroup>>>,
 }
 
 /// The descriptors a process entering a [`Domain`] uses until it `exec`s: keep it until the
@@ -301,12 +277,13 @@ impl Domain {
     /// the blocking pool, the forks contend with this thread for the process's memory map,
     /// which cost more CPU per turn at 4,096 live rollouts than the waits.
     pub fn enter(&self, command: &mut Command) -> Result<Entered, SandboxError> {
+        self.ready()?;
         let confine = |e: BoxError| SandboxError::Confine { source: e };
         let ruleset = match &self.landlock {
             Some(rules) => rules.ruleset().map_err(confine)?,
             None => None,
         };
-        let procs = match &self.cgroup {
+        let procs = match self.made_cgroup() {
             Some(cgroup) => Some(cgroup.open_procs().map_err(|e| confine(e.into()))?),
             None => None,
         };
@@ -345,6 +322,59 @@ impl Domain {
         Ok(entered)
     }
 
+    /// Makes what the sandbox's processes write (its directories, its shell's state files)
+    /// and its cgroup, once: before its first process starts, or its temp directory is first
+    /// used by a file tool. A cgroup that cannot be made is said (once a run) and done without.
+    pub fn ready(&self) -> Result<(), SandboxError> {
+        if self.cgroup.get().is_some() {
+            return Ok(());
+        }
+        if let Some(rules) = &self.landlock {
+            for dir in &rules.writable {
+                std::fs::create_dir_all(dir).map_err(|e| SandboxError::CreateIo {
+                    doing: format!("creating {}", dir.display()),
+                    source: e,
+                })?;
+            }
+            for file in &rules.files {
+                // Never truncated: a concurrent first start may have a shell writing it.
+                let made = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(file);
+                made.map_err(|e| SandboxError::CreateIo {
+                    doing: format!("creating {}", file.display()),
+                    source: e,
+                })?;
+            }
+        }
+        self.cgroup.get_or_init(|| {
+            let dir = self.cgroup_at.clone()?;
+            match std::fs::create_dir(&dir) {
+                Ok(()) => Some(Arc::new(SandboxCgroup {
+                    dir,
+                    removed: AtomicBool::new(false),
+                })),
+                Err(e) => {
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    say_once(&SAID, format!("local sandbox cgroup {}: cannot make it ({e}); its processes are found by their environment only", dir.display()));
+                    None
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Whether the domain was made ready: only then can the sandbox have a process, a temp
+    /// directory or a state file to remove.
+    pub fn is_ready(&self) -> bool {
+        self.cgroup.get().is_some()
+    }
+
+    fn made_cgroup(&self) -> Option<&Arc<SandboxCgroup>> {
+        self.cgroup.get().and_then(Option::as_ref)
+    }
+
     /// Whether the sandbox's processes are confined by Landlock.
     pub fn confines_files(&self) -> bool {
         self.landlock.is_some()
@@ -352,25 +382,25 @@ impl Domain {
 
     /// The `cgroup.procs` file listing the sandbox's processes, when it has a cgroup.
     pub fn members_file(&self) -> Option<PathBuf> {
-        self.cgroup.as_ref().map(|c| c.dir.join("cgroup.procs"))
+        self.made_cgroup().map(|c| c.dir.join("cgroup.procs"))
     }
 
     /// Kills every process in the sandbox's cgroup.
     pub fn kill_all(&self) {
-        if let Some(cgroup) = &self.cgroup {
+        if let Some(cgroup) = self.made_cgroup() {
             cgroup.kill();
         }
     }
 
-    /// The sandbox's cgroup directory, for [`remove_cgroup`] off the async thread.
-    pub fn cgroup_dir(&self) -> Option<PathBuf> {
-        self.cgroup.as_ref().map(|c| c.dir.clone())
+    /// The sandbox's cgroup, for [`SandboxCgroup::remove`] off the async thread.
+    pub fn cgroup(&self) -> Option<Arc<SandboxCgroup>> {
+        self.made_cgroup().cloned()
     }
 }
 
 /// Kills what is left in the sandbox cgroup `dir`, waits for it to empty, and removes it
-/// (blocking: run it on the blocking pool). What the sandbox's drop does then finds it gone.
-pub(crate) fn remove_cgroup(dir: &Path) {
+/// (blocking).
+fn remove_cgroup(dir: &Path) {
     let _ = std::fs::write(dir.join("cgroup.kill"), "1");
     wait_empty(dir);
     let _ = std::fs::remove_dir(dir);
@@ -570,8 +600,10 @@ fn wait_empty(dir: &Path) {
 
 /// One sandbox's cgroup.
 #[derive(Debug)]
-struct SandboxCgroup {
+pub(crate) struct SandboxCgroup {
     dir: PathBuf,
+    /// Set once removed (at teardown): the drop then has nothing left to do.
+    removed: AtomicBool,
 }
 
 impl SandboxCgroup {
@@ -584,13 +616,23 @@ impl SandboxCgroup {
     }
 
     fn kill(&self) {
-        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        if !self.removed.load(Ordering::Relaxed) {
+            let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        }
+    }
+
+    /// Kills what is left in it, waits for it to empty (milliseconds: blocking, run it on the
+    /// blocking pool) and removes it.
+    pub fn remove(&self) {
+        if !self.removed.swap(true, Ordering::Relaxed) {
+            remove_cgroup(&self.dir);
+        }
     }
 }
 
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
-        remove_cgroup(&self.dir);
+        self.remove();
     }
 }
 

@@ -8,5 +8,6 @@ pub(super) mod local;
 mod local_confine;
 mod local_fork;
 mod local_reaper;
+mod local_spares;
 pub(super) mod ssh;
 pub(super) mod start;
