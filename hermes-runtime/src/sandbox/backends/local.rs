@@ -614,6 +614,13 @@ impl LocalSandbox {
         }
     }
 
+    /// Whether no process of this sandbox ever ran: then only this process's file tools wrote
+    /// in it, nothing there can make a read or write block (a FIFO, a device), and a small one
+    /// is done on the calling thread ([`INLINE_BYTES`]).
+    fn quiet(&self) -> bool {
+        !self.spawned.load(SeqCst)
+    }
+
     /// Makes the sandbox's temp directory (with the rest of its domain) when `path` is in it
     /// and it is not made yet: a file tool or a copy reaching it before any process.
     fn ready_for(&self, path: &Path) -> Result<(), SandboxError> {
@@ -1127,6 +1134,11 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     }
 }
 
+/// The largest file a sandbox none of whose processes ever ran reads or writes on the calling
+/// thread: a few microseconds of copying, where a hand-off to the blocking pool and back
+/// costs more than the write.
+const INLINE_BYTES: usize = 64 * 1024;
+
 /// Runs file-system work (copies, scans, removals) on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
@@ -1189,10 +1201,17 @@ impl Sandbox for LocalSandbox {
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         let (p, shown) = (self.file_tool_path(path, false)?, path.to_owned());
-        if self.domain.confines_files() {
-            return blocking(move || read_regular_no_links(&p, &shown, READ_LIMIT)).await;
+        let small = || std::fs::metadata(&p).is_ok_and(|m| m.len() <= INLINE_BYTES as u64);
+        let inline = self.quiet() && small();
+        let read = if self.domain.confines_files() {
+            read_regular_no_links
+        } else {
+            read_regular
+        };
+        if inline {
+            return read(&p, &shown, READ_LIMIT);
         }
-        blocking(move || read_regular(&p, &shown, READ_LIMIT)).await
+        blocking(move || read(&p, &shown, READ_LIMIT)).await
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
@@ -1214,15 +1233,19 @@ impl Sandbox for LocalSandbox {
         let tmp_name = format!(".{name}.hermes-tmp-{}", short_id());
         if self.domain.confines_files() {
             let (bytes, shown) = (bytes.to_vec(), path.to_owned());
-            blocking(move || {
+            let inline = self.quiet() && bytes.len() <= INLINE_BYTES;
+            let write = move || {
                 no_links::write_atomic(&p, &bytes, &tmp_name).map_err(|e| match e.raw_os_error() {
                     Some(libc::ELOOP) => SandboxError::Path(format!(
                         "{shown}: a link appeared on the way; nothing was written"
                     )),
                     _ => io_err(Path::new(&shown), e),
                 })
-            })
-            .await?;
+            };
+            match inline {
+                true => write()?,
+                false => blocking(write).await?,
+            }
             return Ok(dirs_created);
         }
         let tmp = parent.join(tmp_name);
