@@ -1134,8 +1134,8 @@ fn io_err(path: &Path, e: std::io::Error) -> SandboxError {
     }
 }
 
-/// The largest file a sandbox none of whose processes ever ran reads or writes on the calling
-/// thread: a few microseconds of copying, where a hand-off to the blocking pool and back
+/// The largest file a confined sandbox none of whose processes ever ran reads or writes on the
+/// calling thread: a few microseconds of copying, where a hand-off to the blocking pool and back
 /// costs more than the write.
 const INLINE_BYTES: usize = 64 * 1024;
 
@@ -1201,17 +1201,16 @@ impl Sandbox for LocalSandbox {
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         let (p, shown) = (self.file_tool_path(path, false)?, path.to_owned());
-        let small = || std::fs::metadata(&p).is_ok_and(|m| m.len() <= INLINE_BYTES as u64);
-        let inline = self.quiet() && small();
-        let read = if self.domain.confines_files() {
-            read_regular_no_links
-        } else {
-            read_regular
-        };
-        if inline {
-            return read(&p, &shown, READ_LIMIT);
+        if !self.domain.confines_files() {
+            // Any host path, `/proc`'s too, whose sizes say 0 whatever they hold.
+            return blocking(move || read_regular(&p, &shown, READ_LIMIT)).await;
         }
-        blocking(move || read(&p, &shown, READ_LIMIT)).await
+        // Its own files or the system's, never `/proc` or `/sys`: their size is what they hold.
+        let small = || std::fs::metadata(&p).is_ok_and(|m| m.len() <= INLINE_BYTES as u64);
+        if self.quiet() && small() {
+            return read_regular_no_links(&p, &shown, READ_LIMIT);
+        }
+        blocking(move || read_regular_no_links(&p, &shown, READ_LIMIT)).await
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
