@@ -242,6 +242,16 @@ async fn a_directory_no_process_used_is_emptied_and_reused_and_no_other() {
     b.teardown().await.unwrap();
     assert!(!Path::new(b.workdir()).exists());
     assert_eq!(spares(), 0, "a directory a process ran in is removed");
+
+    // A verifier's lone small file (emptied on the calling thread when confined).
+    let c = sandbox(&p, "c").await;
+    c.write_file("verdict.txt", b"1").await.unwrap();
+    assert_eq!(c.read_file("verdict.txt").await.unwrap(), b"1");
+    c.teardown().await.unwrap();
+    assert!(!Path::new(c.workdir()).exists());
+    assert_eq!(spares(), 1, "kept");
+    let d = sandbox(&p, "d").await;
+    assert_eq!(std::fs::read_dir(d.workdir()).unwrap().count(), 0);
 }
 
 /// A local sandbox that cannot scan its files from this process, as Docker and ssh cannot:

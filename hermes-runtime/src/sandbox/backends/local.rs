@@ -464,6 +464,7 @@ impl Maker {
             Some(from) => local_fork::copy_dir(from, &dir)?,
         }
         let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
+        *sandbox.small_writes_only.get_mut() = from.is_none();
         sandbox.confine(&self.confiner);
         sandbox.commands = Some(Arc::clone(&self.commands));
         sandbox.spares = Some(Arc::clone(&self.spares));
@@ -508,6 +509,10 @@ pub struct LocalSandbox {
     /// Set before the first process of this sandbox is started: until then nothing of it can
     /// outlive the agent phase, and the leftover scan of the host's processes is skipped.
     spawned: AtomicBool,
+    /// Set while everything in its directory was written by its file tools on the calling
+    /// thread (small files, [`INLINE_BYTES`]), none by a copy, an upload or the blocking pool:
+    /// a quiet one's teardown then empties it on the calling thread too.
+    small_writes_only: AtomicBool,
     /// Set once torn down: a second teardown (an episode's end, then its close) and the drop
     /// have nothing left to remove.
     torn_down: AtomicBool,
@@ -560,6 +565,7 @@ impl LocalSandbox {
             shell_unavailable: AtomicBool::new(false),
             shell_deferred: AtomicBool::new(true),
             spawned: AtomicBool::new(false),
+            small_writes_only: AtomicBool::new(true),
             torn_down: AtomicBool::new(false),
             state_files,
             task_id: task_id.to_owned(),
@@ -1221,6 +1227,7 @@ impl Sandbox for LocalSandbox {
             .unwrap_or_else(|| self.dir.clone());
         let dirs_created = !parent.exists();
         if dirs_created {
+            self.small_writes_only.store(false, SeqCst);
             tokio::fs::create_dir_all(&parent)
                 .await
                 .map_err(|e| io_err(&parent, e))?;
@@ -1243,10 +1250,14 @@ impl Sandbox for LocalSandbox {
             };
             match inline {
                 true => write()?,
-                false => blocking(write).await?,
+                false => {
+                    self.small_writes_only.store(false, SeqCst);
+                    blocking(write).await?
+                }
             }
             return Ok(dirs_created);
         }
+        self.small_writes_only.store(false, SeqCst);
         let tmp = parent.join(tmp_name);
         tokio::fs::write(&tmp, bytes)
             .await
@@ -1265,6 +1276,7 @@ impl Sandbox for LocalSandbox {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
         self.refuse_planted_links(&dest)?;
         self.ready_for(&dest)?;
+        self.small_writes_only.store(false, SeqCst);
         blocking(move || copy_file(&src, &dest)).await
     }
 
@@ -1272,6 +1284,7 @@ impl Sandbox for LocalSandbox {
         let (src, dest) = (local.to_path_buf(), self.resolve(remote));
         self.refuse_planted_links(&dest)?;
         self.ready_for(&dest)?;
+        self.small_writes_only.store(false, SeqCst);
         blocking(move || copy_tree(&src, &dest)).await
     }
 
@@ -1344,7 +1357,20 @@ impl Sandbox for LocalSandbox {
             Vec::new()
         };
         let tmp = self.tmp.clone().filter(|_| made);
-        let spares = self.spares.clone().filter(|_| !made);
+        let mut spares = self.spares.clone().filter(|_| !made);
+        if let Some(few) = spares
+            .as_ref()
+            .filter(|_| self.small_writes_only.load(SeqCst))
+        {
+            match few.keep_few(&self.dir) {
+                Some(true) => {
+                    self.torn_down.store(true, SeqCst);
+                    return Ok(());
+                }
+                Some(false) => spares = None,
+                None => {}
+            }
+        }
         let (cgroup, dir) = (self.domain.cgroup(), self.dir.clone());
         blocking(move || {
             if spares.is_some_and(|spares| spares.keep(&dir)) {
