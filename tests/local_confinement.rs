@@ -233,6 +233,18 @@ async fn a_sandbox_without_processes_makes_only_its_directory() {
     );
     assert!(!run_cgroup.join("task-f").exists(), "no cgroup yet");
     assert_eq!(state_files(), 0, "no shell state file yet");
+    // Its file tools still refuse what is not its own (plain names of its own files are
+    // taken as they are, with no lookup, while nothing but its small files is there).
+    for path in ["../task-other/x", "/proc/self/environ", "sub/../../escape"] {
+        let err = s.read_file(path).await.unwrap_err();
+        assert!(
+            err.to_string().contains("outside this sandbox"),
+            "{path}: {err}"
+        );
+    }
+    let err = s.write_file("../escape", b"x").await.unwrap_err();
+    assert!(err.to_string().contains("outside this sandbox"), "{err}");
+    assert!(!p.root().join("escape").exists());
 
     // A file tool reaching the temp directory first makes it (and the rest of the domain).
     let note = format!("{}/note", s.temp_dir());
@@ -260,6 +272,59 @@ async fn a_sandbox_without_processes_makes_only_its_directory() {
     bare.teardown().await.unwrap();
     assert!(!p.root().join("task-bare").exists());
     assert!(!run_cgroup.join("task-bare").exists());
+}
+
+/// A confined sandbox where no process runs (an `openenv` episode's verifier writing and
+/// reading one small file) is made, used and torn down without tokio's blocking pool: each
+/// hand-off there and back cost more than the work. With the pool's only thread held, all of
+/// it still completes; a sandbox with more files than a few waits for the pool at teardown.
+#[test]
+fn a_quiet_sandbox_with_a_small_file_needs_no_blocking_pool() {
+    require_kernel_support();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let p = provider(true);
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let hold = tokio::task::spawn_blocking(move || {
+            let _ = started.send(());
+            let _ = held.recv();
+        });
+        running.await.unwrap();
+
+        let quiet = async {
+            let s = sandbox(&p, "q").await;
+            s.write_file("verdict.txt", b"1").await.unwrap();
+            assert_eq!(s.read_file("verdict.txt").await.unwrap(), b"1");
+            s.teardown().await.unwrap();
+            s
+        };
+        let s = tokio::time::timeout(Duration::from_secs(10), quiet)
+            .await
+            .expect("made, written, read and torn down with the blocking pool held");
+        assert!(!std::path::Path::new(s.workdir()).exists());
+
+        let many = sandbox(&p, "many").await;
+        for i in 0..20 {
+            many.write_file(&format!("f{i}"), b"x").await.unwrap();
+        }
+        let teardown = many.teardown();
+        tokio::pin!(teardown);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut teardown)
+                .await
+                .is_err(),
+            "20 files are emptied on the blocking pool, which is held"
+        );
+        release.send(()).unwrap();
+        teardown.await.unwrap();
+        hold.await.unwrap();
+        assert!(!std::path::Path::new(many.workdir()).exists());
+    });
 }
 
 #[tokio::test]

@@ -464,6 +464,7 @@ impl Maker {
             Some(from) => local_fork::copy_dir(from, &dir)?,
         }
         let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
+        // Made empty here (or a spare emptied by `Spares`).
         *sandbox.small_writes_only.get_mut() = from.is_none();
         sandbox.confine(&self.confiner);
         sandbox.commands = Some(Arc::clone(&self.commands));
@@ -511,7 +512,9 @@ pub struct LocalSandbox {
     spawned: AtomicBool,
     /// Set while everything in its directory was written by its file tools on the calling
     /// thread (small files, [`INLINE_BYTES`]), none by a copy, an upload or the blocking pool:
-    /// a quiet one's teardown then empties it on the calling thread too.
+    /// a quiet one's teardown then empties it on the calling thread too, and its file tools
+    /// take plain names in it as real paths ([`LocalSandbox::plain_own_path`]). Cleared
+    /// before any other write starts.
     small_writes_only: AtomicBool,
     /// Set once torn down: a second teardown (an episode's end, then its close) and the drop
     /// have nothing left to remove.
@@ -565,7 +568,8 @@ impl LocalSandbox {
             shell_unavailable: AtomicBool::new(false),
             shell_deferred: AtomicBool::new(true),
             spawned: AtomicBool::new(false),
-            small_writes_only: AtomicBool::new(true),
+            // A directory of the caller's may hold anything.
+            small_writes_only: AtomicBool::new(false),
             torn_down: AtomicBool::new(false),
             state_files,
             task_id: task_id.to_owned(),
@@ -636,6 +640,19 @@ impl LocalSandbox {
         }
     }
 
+    /// `p`'s real path without a lookup, when `p` names a path in the sandbox's directory by
+    /// plain names and nothing there can be a link: nothing but its file tools' small writes
+    /// on the calling thread ever wrote in it (regular files; no link, no directory).
+    fn plain_own_path(&self, p: &Path) -> Option<PathBuf> {
+        if !self.quiet() || !self.small_writes_only.load(SeqCst) {
+            return None;
+        }
+        let rel = p.strip_prefix(&self.dir).ok()?;
+        rel.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+            .then(|| self.start_dir.join(rel))
+    }
+
     /// The host path a file tool's `path` names, when a confined sandbox may reach it: inside
     /// its own directories, or (to read) in the system trees its commands read — never
     /// `/proc` (this process's own files are there) or `/sys`. The checks are made on the
@@ -653,7 +670,10 @@ impl LocalSandbox {
                 if write { "" } else { " and the system's files" }
             ))
         };
-        let real = real_path(&p).ok_or_else(refused)?;
+        let real = match self.plain_own_path(&p) {
+            Some(real) => real,
+            None => real_path(&p).ok_or_else(refused)?,
+        };
         // Its directories' real paths, as they were made: their parent, the run's root, is
         // out of its processes' reach, so none of them can have become a link since.
         let own = std::iter::once(self.start_dir.clone())
