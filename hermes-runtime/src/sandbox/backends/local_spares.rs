@@ -58,17 +58,7 @@ impl Spares {
     /// keeps it; false when it is not kept (full, another mode, not emptied), and it is to be
     /// removed. Blocking: run it on the blocking pool.
     pub fn keep(&self, dir: &Path) -> bool {
-        if self.dirs.lock().expect("lock poisoned").len() >= KEPT {
-            return false;
-        }
-        let Ok(meta) = std::fs::symlink_metadata(dir) else {
-            return false;
-        };
-        if !meta.is_dir() || meta.permissions().mode() & 0o7777 != self.mode || empty(dir).is_err()
-        {
-            return false;
-        }
-        self.set_aside(dir)
+        self.may_keep(dir) && empty(dir).is_ok() && self.set_aside(dir)
     }
 
     /// [`Spares::keep`] on the calling thread, for a directory of at most [`FEW`] entries and
@@ -84,15 +74,15 @@ impl Spares {
             }
             files.push(entry.path());
         }
-        if self.dirs.lock().expect("lock poisoned").len() >= KEPT {
-            return Some(false);
-        }
-        let mode_kept = std::fs::symlink_metadata(dir)
-            .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o7777 == self.mode);
-        if !mode_kept || !files.iter().all(|f| std::fs::remove_file(f).is_ok()) {
-            return Some(false);
-        }
-        Some(self.set_aside(dir))
+        let emptied = || files.iter().all(|f| std::fs::remove_file(f).is_ok());
+        Some(self.may_keep(dir) && emptied() && self.set_aside(dir))
+    }
+
+    /// Whether `dir` may be kept: there is room, and it is a directory of the run's mode.
+    fn may_keep(&self, dir: &Path) -> bool {
+        self.dirs.lock().expect("lock poisoned").len() < KEPT
+            && std::fs::symlink_metadata(dir)
+                .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o7777 == self.mode)
     }
 
     /// Renames the emptied `dir` aside and keeps it.
