@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -226,7 +227,22 @@ async fn a_sandbox_without_processes_makes_only_its_directory() {
     let s = sandbox(&p, "f").await;
     s.write_file("verdict.txt", b"1").await.unwrap();
     assert_eq!(s.read_file("verdict.txt").await.unwrap(), b"1");
-    assert!(p.root().join("task-f/verdict.txt").is_file());
+    let verdict = p.root().join("task-f/verdict.txt");
+    let names = || -> Vec<String> {
+        let entries = std::fs::read_dir(p.root().join("task-f")).unwrap();
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(), ["verdict.txt"], "made in place, no temporary file");
+    let mode = |f: &std::path::Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&verdict), 0o644);
+    // Written again, it is replaced as before (through a temporary file), its mode kept.
+    std::fs::set_permissions(&verdict, std::fs::Permissions::from_mode(0o600)).unwrap();
+    s.write_file("verdict.txt", b"2").await.unwrap();
+    assert_eq!(s.read_file("verdict.txt").await.unwrap(), b"2");
+    assert_eq!(mode(&verdict), 0o600);
+    assert_eq!(names(), ["verdict.txt"]);
     assert!(
         !p.root().join("tmp-task-f").exists(),
         "no temp directory yet"

@@ -81,11 +81,6 @@ pub async fn start_sshd() -> Sshd {
     keygen(&d.join("host_key"));
     keygen(&d.join("client_key"));
     std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let user = String::from_utf8(
         std::process::Command::new("id")
             .arg("-un")
@@ -96,48 +91,62 @@ pub async fn start_sshd() -> Sshd {
     .unwrap()
     .trim()
     .to_owned();
-    std::fs::write(
-        d.join("sshd_config"),
-        format!(
-            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
-             PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-             PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nAllowUsers {user}\nUsePAM no\n\
-             StrictModes no\nX11Forwarding no\nAllowTcpForwarding no\nPermitUserEnvironment no\n",
-            d = d.display()
-        ),
-    )
-    .unwrap();
-    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-    std::fs::write(
-        d.join("known_hosts"),
-        format!("[127.0.0.1]:{port} {host_pub}"),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("client_config"),
-        format!(
-            "Host *\n  UserKnownHostsFile {}/known_hosts\n  GlobalKnownHostsFile /dev/null\n",
-            d.display()
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(&sshd)
-        .args(["-D", "-e", "-f"])
-        .arg(d.join("sshd_config"))
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start sshd");
-    // sshd says when it listens; wait for that line (or its exit, with its message).
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut log = String::new();
-    loop {
-        match lines.next_line().await.unwrap() {
-            Some(line) if line.contains("Server listening on 127.0.0.1") => break,
-            Some(line) => log.push_str(&format!("{line}\n")),
-            None => panic!("sshd exited before listening:\n{log}"),
+    let mut attempt = 0;
+    let (child, mut lines, port) = loop {
+        attempt += 1;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(
+            d.join("sshd_config"),
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nAllowUsers {user}\nUsePAM no\n\
+                 StrictModes no\nX11Forwarding no\nAllowTcpForwarding no\nPermitUserEnvironment no\n",
+                d = d.display()
+            ),
+        )
+        .unwrap();
+        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+        std::fs::write(
+            d.join("known_hosts"),
+            format!("[127.0.0.1]:{port} {host_pub}"),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("client_config"),
+            format!(
+                "Host *\n  UserKnownHostsFile {}/known_hosts\n  GlobalKnownHostsFile /dev/null\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(&sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(d.join("sshd_config"))
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start sshd");
+        // sshd says when it listens; wait for that line (or its exit, with its message).
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = String::new();
+        let started = loop {
+            match lines.next_line().await.unwrap() {
+                Some(line) if line.contains("Server listening on 127.0.0.1") => break Some(()),
+                Some(line) => log.push_str(&format!("{line}\n")),
+                // Another test took the free port before sshd bound it: try another.
+                None if log.contains("Address already in use") && attempt < 3 => break None,
+                None => panic!("sshd exited before listening:\n{log}"),
+            }
+        };
+        if started.is_some() {
+            break (child, lines, port);
         }
-    }
+    };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Sshd {
         _child: child,

@@ -42,7 +42,9 @@ use crate::sandbox::exec::shell::{
     exec_wrapper_argv, nonce, wrapper_argv, OutputSync, ReportReader,
 };
 use crate::sandbox::files::archive::{copy_file, copy_tree};
-use crate::sandbox::files::bounded::{read_regular, read_regular_no_links, READ_LIMIT};
+use crate::sandbox::files::bounded::{
+    open_regular_no_links, read_capped, read_regular, read_regular_no_links, READ_LIMIT,
+};
 use crate::sandbox::files::links::check_no_link_ancestors;
 use crate::sandbox::files::no_links;
 use crate::sandbox::integrity::leftovers::{
@@ -269,6 +271,8 @@ fn program_in_path(env: &[(OsString, OsString)], program: &str) -> PathBuf {
 #[derive(Debug)]
 pub struct LocalProvider {
     root: PathBuf,
+    /// `root` with its links resolved, once: each scratch directory is a plain directory in it.
+    physical_root: PathBuf,
     /// A per-run directory in `/dev/shm` for the shells' working-directory state files, when
     /// it can be made (else they go beside the scratch directories, under `root`).
     state_root: Option<PathBuf>,
@@ -318,6 +322,7 @@ impl LocalProvider {
             }
         };
         Ok(LocalProvider {
+            physical_root: std::fs::canonicalize(&root)?,
             root,
             state_root,
             env: CommandEnv::read(&[]),
@@ -410,6 +415,7 @@ impl LocalProvider {
     fn maker(&self) -> Maker {
         Maker {
             root: self.root.clone(),
+            physical_root: self.physical_root.clone(),
             state_root: self.state_root.clone(),
             env: self.env.clone(),
             confiner: Arc::clone(&self.confiner),
@@ -424,6 +430,7 @@ impl LocalProvider {
 #[derive(Debug, Clone)]
 pub(super) struct Maker {
     root: PathBuf,
+    physical_root: PathBuf,
     state_root: Option<PathBuf>,
     env: CommandEnv,
     confiner: Arc<Confiner>,
@@ -463,7 +470,15 @@ impl Maker {
             })?,
             Some(from) => local_fork::copy_dir(from, &dir)?,
         }
-        let mut sandbox = LocalSandbox::in_env(task_id, dir, &self.env, self.state_root.as_deref());
+        // Made here as a directory, not a link: its physical path needs no lookups.
+        let start_dir = self.physical_root.join(dir.file_name().unwrap_or_default());
+        let mut sandbox = LocalSandbox::in_env(
+            task_id,
+            dir,
+            start_dir,
+            &self.env,
+            self.state_root.as_deref(),
+        );
         // Made empty here (or a spare emptied by `Spares`).
         *sandbox.small_writes_only.get_mut() = from.is_none();
         sandbox.confine(&self.confiner);
@@ -541,14 +556,16 @@ pub struct LocalSandbox {
 impl LocalSandbox {
     /// A sandbox over an existing directory.
     pub fn new(task_id: &str, dir: PathBuf) -> Self {
-        Self::in_env(task_id, dir, &CommandEnv::read(&[]), None)
+        let start_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+        Self::in_env(task_id, dir, start_dir, &CommandEnv::read(&[]), None)
     }
 
-    /// A sandbox over an existing directory whose commands get `command_env`, its shell's
-    /// state file in `state_root` when given.
+    /// A sandbox over an existing directory (`start_dir`: its physical path) whose commands
+    /// get `command_env`, its shell's state file in `state_root` when given.
     fn in_env(
         task_id: &str,
         dir: PathBuf,
+        start_dir: PathBuf,
         command_env: &CommandEnv,
         state_root: Option<&Path>,
     ) -> Self {
@@ -562,7 +579,6 @@ impl LocalSandbox {
             .into_iter()
             .chain([dir.with_file_name(&state_name)])
             .collect();
-        let start_dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         LocalSandbox {
             shell: tokio::sync::Mutex::new(None),
             shell_unavailable: AtomicBool::new(false),
@@ -1231,12 +1247,15 @@ impl Sandbox for LocalSandbox {
             // Any host path, `/proc`'s too, whose sizes say 0 whatever they hold.
             return blocking(move || read_regular(&p, &shown, READ_LIMIT)).await;
         }
-        // Its own files or the system's, never `/proc` or `/sys`: their size is what they hold.
-        let small = || std::fs::metadata(&p).is_ok_and(|m| m.len() <= INLINE_BYTES as u64);
-        if self.quiet() && small() {
-            return read_regular_no_links(&p, &shown, READ_LIMIT);
+        if !self.quiet() {
+            return blocking(move || read_regular_no_links(&p, &shown, READ_LIMIT)).await;
         }
-        blocking(move || read_regular_no_links(&p, &shown, READ_LIMIT)).await
+        // Its own files or the system's, never `/proc` or `/sys`: their size is what they hold.
+        let (file, meta) = open_regular_no_links(&p, &shown)?;
+        match meta.len() <= INLINE_BYTES as u64 {
+            true => read_capped(file, meta.len(), READ_LIMIT, &shown),
+            false => blocking(move || read_capped(file, meta.len(), READ_LIMIT, &shown)).await,
+        }
     }
 
     async fn write_file(&self, path: &str, bytes: &[u8]) -> Result<bool, SandboxError> {
@@ -1245,7 +1264,9 @@ impl Sandbox for LocalSandbox {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| self.dir.clone());
-        let dirs_created = !parent.exists();
+        // A sandbox holding only its file tools' small files has no directory but its own.
+        let own_dir = self.small_writes_only.load(SeqCst) && parent == self.start_dir;
+        let dirs_created = !own_dir && !parent.exists();
         if dirs_created {
             self.small_writes_only.store(false, SeqCst);
             tokio::fs::create_dir_all(&parent)
@@ -1261,12 +1282,18 @@ impl Sandbox for LocalSandbox {
             let (bytes, shown) = (bytes.to_vec(), path.to_owned());
             let inline = self.quiet() && bytes.len() <= INLINE_BYTES;
             let write = move || {
-                no_links::write_atomic(&p, &bytes, &tmp_name).map_err(|e| match e.raw_os_error() {
+                let failed = |e: std::io::Error| match e.raw_os_error() {
                     Some(libc::ELOOP) => SandboxError::Path(format!(
                         "{shown}: a link appeared on the way; nothing was written"
                     )),
                     _ => io_err(Path::new(&shown), e),
-                })
+                };
+                // No process ever ran here to see a file half-written: a new one is made in
+                // place.
+                if inline && no_links::write_new(&p, &bytes).map_err(failed)? {
+                    return Ok(());
+                }
+                no_links::write_atomic(&p, &bytes, &tmp_name).map_err(failed)
             };
             match inline {
                 true => write()?,

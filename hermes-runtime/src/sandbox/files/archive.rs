@@ -592,8 +592,7 @@ fn write_file_atomically(
 /// keeping permission bits.
 /// Only regular files are copied (a FIFO or device is refused without blocking).
 pub(crate) fn copy_file(src: &Path, dest: &Path) -> Result<Transfer, SandboxError> {
-    let mut file = open_regular(src, &src.display().to_string())?;
-    let meta = file.metadata().map_err(|e| io_error(src.display(), e))?;
+    let (mut file, meta) = open_regular(src, &src.display().to_string())?;
     let bytes = write_file_atomically(&mut file, dest, Some(meta.permissions()))?;
     Ok(Transfer { files: 1, bytes })
 }

@@ -3,7 +3,7 @@
 //! capped reader, so a size that lies cannot stream without bound); on the host only regular
 //! files are opened, without blocking (a FIFO, `/dev/zero` or `/dev/stdin` is refused).
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -45,7 +45,7 @@ pub(crate) fn read_capped(
 /// Opens a host file for reading only if it is a regular file: opened with `O_NONBLOCK`
 /// (so a FIFO cannot block the open) and checked with `fstat` on the open descriptor (so the
 /// file cannot be swapped between check and read).
-pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<File, SandboxError> {
+pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<(File, Metadata), SandboxError> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -53,8 +53,8 @@ pub(crate) fn open_regular(path: &Path, shown: &str) -> Result<File, SandboxErro
     regular(file, shown)
 }
 
-/// Checks that an opened host file is a regular file.
-fn regular(file: std::io::Result<File>, shown: &str) -> Result<File, SandboxError> {
+/// Checks that an opened host file is a regular file; its metadata with it.
+fn regular(file: std::io::Result<File>, shown: &str) -> Result<(File, Metadata), SandboxError> {
     let file = file.map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => SandboxError::NotFound(shown.to_owned()),
         _ => SandboxError::host_io(shown, e),
@@ -70,7 +70,15 @@ fn regular(file: std::io::Result<File>, shown: &str) -> Result<File, SandboxErro
             "{shown} is not a regular file (a device, FIFO or socket is not read)"
         )));
     }
-    Ok(file)
+    Ok((file, meta))
+}
+
+/// [`open_regular`] for a path that must not pass through a link.
+pub(crate) fn open_regular_no_links(
+    path: &Path,
+    shown: &str,
+) -> Result<(File, Metadata), SandboxError> {
+    regular(super::no_links::open_read(path), shown)
 }
 
 /// [`read_regular`] for a path that must not pass through a link.
@@ -79,22 +87,14 @@ pub(crate) fn read_regular_no_links(
     shown: &str,
     limit: u64,
 ) -> Result<Vec<u8>, SandboxError> {
-    let file = regular(super::no_links::open_read(path), shown)?;
-    let size = file
-        .metadata()
-        .map_err(|e| SandboxError::host_io(shown, e))?
-        .len();
-    read_capped(file, size, limit, shown)
+    let (file, meta) = open_regular_no_links(path, shown)?;
+    read_capped(file, meta.len(), limit, shown)
 }
 
 /// `read_file` on the host: a regular file of at most `limit` bytes.
 pub(crate) fn read_regular(path: &Path, shown: &str, limit: u64) -> Result<Vec<u8>, SandboxError> {
-    let file = open_regular(path, shown)?;
-    let size = file
-        .metadata()
-        .map_err(|e| SandboxError::host_io(shown, e))?
-        .len();
-    read_capped(file, size, limit, shown)
+    let (file, meta) = open_regular(path, shown)?;
+    read_capped(file, meta.len(), limit, shown)
 }
 
 #[cfg(test)]

@@ -56,10 +56,9 @@ pub(crate) fn open_read(path: &Path) -> std::io::Result<File> {
     .map(File::from)
 }
 
-/// Writes `bytes` to `path` (absolute, its parent existing) through a temporary file renamed
-/// over it, neither the parent nor the file reached through a link. Keeps the permissions of
-/// a file it replaces.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8], tmp_name: &str) -> std::io::Result<()> {
+/// The directory of `path` (absolute), opened as a path without following any link, and the
+/// file's name in it.
+fn parent_of(path: &Path) -> std::io::Result<(OwnedFd, &std::ffi::OsStr)> {
     let (parent, name) = match (path.parent(), path.file_name()) {
         (Some(p), Some(n)) => (p, n),
         _ => {
@@ -70,6 +69,45 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], tmp_name: &str) -> std::io
         }
     };
     let dir = openat2(libc::AT_FDCWD, parent, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    Ok((dir, name))
+}
+
+/// Removes `name` from the directory `dir` (a link as a link).
+fn unlink_in(dir: &OwnedFd, name: &std::ffi::OsStr) {
+    if let Ok(c) = CString::new(name.as_bytes()) {
+        // SAFETY: the name outlives the call; the directory descriptor is open.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+    }
+}
+
+/// Writes `bytes` to `path` (absolute, its parent existing) as a new file, neither the parent
+/// nor the file reached through a link; `false`, with nothing written, when `path` exists.
+/// For a sandbox no process ever ran in, where no one can see the file half-written: one
+/// file made, where [`write_atomic`] makes a temporary one and renames it.
+pub(crate) fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let (dir, name) = parent_of(path)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+    let mut file = match openat2(dir.as_raw_fd(), Path::new(name), flags, 0o644) {
+        Ok(fd) => File::from(fd),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    // The mode asked at creation is masked by the umask; a new file gets 0644 either way.
+    let result = file
+        .write_all(bytes)
+        .and_then(|()| file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644)));
+    if let Err(e) = result {
+        unlink_in(&dir, name);
+        return Err(e);
+    }
+    Ok(true)
+}
+
+/// Writes `bytes` to `path` (absolute, its parent existing) through a temporary file renamed
+/// over it, neither the parent nor the file reached through a link. Keeps the permissions of
+/// a file it replaces.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], tmp_name: &str) -> std::io::Result<()> {
+    let (dir, name) = parent_of(path)?;
     let mode = openat2(dir.as_raw_fd(), Path::new(name), libc::O_PATH, 0)
         .and_then(|fd| File::from(fd).metadata())
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
@@ -100,10 +138,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], tmp_name: &str) -> std::io
     });
     let result = result.and_then(|()| rename());
     if result.is_err() {
-        if let Ok(c) = CString::new(tmp_name.as_bytes()) {
-            // SAFETY: the name outlives the call; the directory descriptor is open.
-            unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
-        }
+        unlink_in(&dir, std::ffi::OsStr::new(tmp_name));
     }
     result
 }
@@ -128,5 +163,36 @@ mod tests {
         write_atomic(&real.join("g"), b"y", ".g.tmp").unwrap();
         assert_eq!(std::fs::read(real.join("g")).unwrap(), b"y");
         assert!(!real.join(".g.tmp").exists());
+    }
+
+    #[test]
+    fn a_new_file_is_made_once_and_nothing_existing_is_touched() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        assert!(write_new(&real.join("v"), b"1").unwrap());
+        assert_eq!(std::fs::read(real.join("v")).unwrap(), b"1");
+        let mode = std::fs::metadata(real.join("v"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o644);
+        assert!(!write_new(&real.join("v"), b"2").unwrap(), "it exists");
+        assert_eq!(std::fs::read(real.join("v")).unwrap(), b"1", "untouched");
+        std::os::unix::fs::symlink("/etc/hostname", real.join("l")).unwrap();
+        assert!(
+            !write_new(&real.join("l"), b"x").unwrap(),
+            "a link is not followed"
+        );
+        let err = write_new(&dir.path().join("link/w"), b"y").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        assert!(!real.join("w").exists());
+        assert_eq!(
+            std::fs::read_dir(&real).unwrap().count(),
+            2,
+            "no temporary file"
+        );
     }
 }
