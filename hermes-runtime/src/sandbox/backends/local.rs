@@ -1264,8 +1264,10 @@ impl Sandbox for LocalSandbox {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| self.dir.clone());
-        // A sandbox holding only its file tools' small files has no directory but its own.
-        let own_dir = self.small_writes_only.load(SeqCst) && parent == self.start_dir;
+        // A sandbox no process ran in, holding only its file tools' small files, has no
+        // directory but its own, and nothing could have removed that.
+        let own_dir =
+            self.quiet() && self.small_writes_only.load(SeqCst) && parent == self.start_dir;
         let dirs_created = !own_dir && !parent.exists();
         if dirs_created {
             self.small_writes_only.store(false, SeqCst);
