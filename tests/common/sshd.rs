@@ -139,7 +139,10 @@ pub async fn start_sshd() -> Sshd {
                 Some(line) if line.contains("Server listening on 127.0.0.1") => break Some(()),
                 Some(line) => log.push_str(&format!("{line}\n")),
                 // Another test took the free port before sshd bound it: try another.
-                None if log.contains("Address already in use") && attempt < 3 => break None,
+                None if log.contains("Address already in use") && attempt < 3 => {
+                    eprintln!("sshd: port {port} was taken before it bound it; trying another");
+                    break None;
+                }
                 None => panic!("sshd exited before listening:\n{log}"),
             }
         };

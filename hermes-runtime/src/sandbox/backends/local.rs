@@ -384,6 +384,12 @@ fn commands_queue(at_once: usize) -> Queue {
     Queue::commands("local sandboxes".into(), at_once, cpus)
 }
 
+/// A fresh name beside `path` for the temporary file an atomic write renames over it.
+fn tmp_name(path: &Path) -> String {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    format!(".{name}.hermes-tmp-{}", short_id())
+}
+
 fn short_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
@@ -1275,11 +1281,6 @@ impl Sandbox for LocalSandbox {
                 .await
                 .map_err(|e| io_err(&parent, e))?;
         }
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp_name = format!(".{name}.hermes-tmp-{}", short_id());
         if self.domain.confines_files() {
             let (bytes, shown) = (bytes.to_vec(), path.to_owned());
             let inline = self.quiet() && bytes.len() <= INLINE_BYTES;
@@ -1295,7 +1296,7 @@ impl Sandbox for LocalSandbox {
                 if inline && no_links::write_new(&p, &bytes).map_err(failed)? {
                     return Ok(());
                 }
-                no_links::write_atomic(&p, &bytes, &tmp_name).map_err(failed)
+                no_links::write_atomic(&p, &bytes, &tmp_name(&p)).map_err(failed)
             };
             match inline {
                 true => write()?,
@@ -1307,7 +1308,7 @@ impl Sandbox for LocalSandbox {
             return Ok(dirs_created);
         }
         self.small_writes_only.store(false, SeqCst);
-        let tmp = parent.join(tmp_name);
+        let tmp = parent.join(tmp_name(&p));
         tokio::fs::write(&tmp, bytes)
             .await
             .map_err(|e| io_err(Path::new(path), e))?;
