@@ -91,6 +91,7 @@ pub async fn start_sshd() -> Sshd {
     .unwrap()
     .trim()
     .to_owned();
+    // A free port can be taken by another test before sshd binds it: then another port.
     let mut attempt = 0;
     let (child, mut lines, port) = loop {
         attempt += 1;
@@ -99,55 +100,13 @@ pub async fn start_sshd() -> Sshd {
             .local_addr()
             .unwrap()
             .port();
-        std::fs::write(
-            d.join("sshd_config"),
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
-                 PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nAllowUsers {user}\nUsePAM no\n\
-                 StrictModes no\nX11Forwarding no\nAllowTcpForwarding no\nPermitUserEnvironment no\n",
-                d = d.display()
-            ),
-        )
-        .unwrap();
-        let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
-        std::fs::write(
-            d.join("known_hosts"),
-            format!("[127.0.0.1]:{port} {host_pub}"),
-        )
-        .unwrap();
-        std::fs::write(
-            d.join("client_config"),
-            format!(
-                "Host *\n  UserKnownHostsFile {}/known_hosts\n  GlobalKnownHostsFile /dev/null\n",
-                d.display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(&sshd)
-            .args(["-D", "-e", "-f"])
-            .arg(d.join("sshd_config"))
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start sshd");
-        // sshd says when it listens; wait for that line (or its exit, with its message).
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut log = String::new();
-        let started = loop {
-            match lines.next_line().await.unwrap() {
-                Some(line) if line.contains("Server listening on 127.0.0.1") => break Some(()),
-                Some(line) => log.push_str(&format!("{line}\n")),
-                // Another test took the free port before sshd bound it: try another.
-                None if log.contains("Address already in use") && attempt < 3 => {
-                    eprintln!("sshd: port {port} was taken before it bound it; trying another");
-                    break None;
-                }
-                None => panic!("sshd exited before listening:\n{log}"),
+        write_configs(d, port, &user);
+        match listening(&sshd, d).await {
+            Ok((child, lines)) => break (child, lines, port),
+            Err(log) if log.contains("Address already in use") && attempt < 3 => {
+                eprintln!("sshd: port {port} was taken before it bound it; trying another");
             }
-        };
-        if started.is_some() {
-            break (child, lines, port);
+            Err(log) => panic!("sshd exited before listening:\n{log}"),
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
@@ -156,5 +115,59 @@ pub async fn start_sshd() -> Sshd {
         dir,
         port,
         user,
+    }
+}
+
+/// sshd's config for `port`, and the client's `known_hosts` and config that trust it, in `d`.
+fn write_configs(d: &Path, port: u16, user: &str) {
+    std::fs::write(
+        d.join("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+             PidFile {d}/sshd.pid\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             PubkeyAuthentication yes\nPermitRootLogin prohibit-password\nAllowUsers {user}\nUsePAM no\n\
+             StrictModes no\nX11Forwarding no\nAllowTcpForwarding no\nPermitUserEnvironment no\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let host_pub = std::fs::read_to_string(d.join("host_key.pub")).unwrap();
+    std::fs::write(
+        d.join("known_hosts"),
+        format!("[127.0.0.1]:{port} {host_pub}"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("client_config"),
+        format!(
+            "Host *\n  UserKnownHostsFile {}/known_hosts\n  GlobalKnownHostsFile /dev/null\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+}
+
+type Lines = tokio::io::Lines<BufReader<tokio::process::ChildStderr>>;
+
+/// Starts `sshd` with the config in `d` and waits for the line saying it listens; what it
+/// printed when it exited first.
+async fn listening(sshd: &str, d: &Path) -> Result<(Child, Lines), String> {
+    let mut child = Command::new(sshd)
+        .args(["-D", "-e", "-f"])
+        .arg(d.join("sshd_config"))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start sshd");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    loop {
+        match lines.next_line().await.unwrap() {
+            Some(line) if line.contains("Server listening on 127.0.0.1") => {
+                return Ok((child, lines))
+            }
+            Some(line) => log.push_str(&format!("{line}\n")),
+            None => return Err(log),
+        }
     }
 }
