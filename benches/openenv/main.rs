@@ -23,7 +23,8 @@
 //! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096,8192 --steps 8 --think-ms 1000
 //! --capacity-p99-ms 100`,
 //! `-- --only rust` (both Rust rows), `rust-echo` or `python`). The first run makes `target/openenv-venv` (openenv-core
-//! 0.3.0 from PyPI, as the test suite does).
+//! 0.3.0 from PyPI, as the test suite does). `-- --uvloop` runs openenv-core's server with
+//! uvloop and httptools installed (`target/openenv-venv-uvloop`), uvicorn's fast paths.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -185,13 +186,21 @@ fn rust_server(max_sessions: usize, sandbox: bool) -> anyhow::Result<Server> {
 }
 
 /// `target/openenv-venv/bin/python` with openenv-core 0.3.0 (made here when missing, with
-/// the test suite's install steps).
-fn openenv_python() -> anyhow::Result<PathBuf> {
+/// the test suite's install steps); with `uvloop`, `target/openenv-venv-uvloop` with uvloop
+/// and httptools besides (what `uvicorn[standard]` adds), which uvicorn then runs on.
+fn openenv_python(uvloop: bool) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
-    let venv = target.join("openenv-venv");
+    let venv = target.join(if uvloop {
+        "openenv-venv-uvloop"
+    } else {
+        "openenv-venv"
+    });
     let python = venv.join("bin/python");
-    let probe = "from openenv.core.env_server.http_server import create_app; import uvicorn";
+    let probe = match uvloop {
+        false => "from openenv.core.env_server.http_server import create_app; import uvicorn",
+        true => "from openenv.core.env_server.http_server import create_app; import uvicorn, uvloop, httptools",
+    };
     let ready = || {
         Command::new(&python)
             .args(["-c", probe])
@@ -217,26 +226,27 @@ fn openenv_python() -> anyhow::Result<PathBuf> {
             &pip,
             &["install", "--quiet", "--no-deps", "openenv-core==0.3.0"],
         )?;
-        run(
-            &pip,
-            &[
-                "install",
-                "--quiet",
-                "fastapi",
-                "pydantic",
-                "uvicorn",
-                "requests",
-                "websockets>=15.0.1",
-                "httpx",
-                "fastmcp",
-            ],
-        )?;
+        let mut packages = vec![
+            "install",
+            "--quiet",
+            "fastapi",
+            "pydantic",
+            "uvicorn",
+            "requests",
+            "websockets>=15.0.1",
+            "httpx",
+            "fastmcp",
+        ];
+        if uvloop {
+            packages.extend(["uvloop", "httptools"]);
+        }
+        run(&pip, &packages)?;
     }
     Ok(python)
 }
 
-fn python_server(max_sessions: usize) -> anyhow::Result<Server> {
-    let python = openenv_python()?;
+fn python_server(max_sessions: usize, uvloop: bool) -> anyhow::Result<Server> {
+    let python = openenv_python(uvloop)?;
     let tmp = tempfile::tempdir()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -384,8 +394,8 @@ async fn load(ws: &str, sessions: usize, steps: usize, think: Duration) -> Load 
     done
 }
 
-/// User + system CPU time of process `pid` (`/proc/PID/stat`, in 10 ms ticks).
-fn cpu_of(pid: u32) -> Duration {
+/// CPU time of process `pid`: user, then system (`/proc/PID/stat`, in 10 ms ticks).
+fn cpu_of(pid: u32) -> (Duration, Duration) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -395,7 +405,8 @@ fn cpu_of(pid: u32) -> Duration {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    let time = |i: usize| Duration::from_millis(ticks(i) * 10);
+    (time(11), time(12))
 }
 
 /// A `/proc/PID/status` field in kB (`VmHWM`, `VmRSS`) or a count (`Threads`).
@@ -427,6 +438,7 @@ fn bench() -> anyhow::Result<()> {
     let steps: usize = arg_value("--steps").map_or(Ok(8), |v| v.parse())?;
     let think = Duration::from_millis(arg_value("--think-ms").map_or(Ok(1000), |v| v.parse())?);
     let only = arg_value("--only");
+    let uvloop = std::env::args().any(|a| a == "--uvloop");
     let bound = arg_value("--capacity-p99-ms").map_or(Ok(100.0), |v| v.parse::<f64>())?;
     let mut capacity = Capacity::new(bound);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -441,14 +453,20 @@ fn bench() -> anyhow::Result<()> {
             .unwrap_or_default()
             .trim()
     );
+    if uvloop {
+        println!(
+            "python: openenv-core's server under uvicorn with uvloop and httptools (--uvloop)"
+        );
+    }
     println!(
-        "{:>9} {:>9} {:>9} {:>16} {:>16} {:>13} {:>6} {:>8} {:>11} {:>13}",
+        "{:>9} {:>9} {:>9} {:>16} {:>16} {:>13} {:>9} {:>6} {:>8} {:>11} {:>13}",
         "server",
         "sessions",
         "success",
         "step p50/p99 ms",
         "final p50/p99",
         "cpu ms/msg",
+        "of it sys",
         "cores",
         "peak MB",
         "KB/session",
@@ -468,13 +486,15 @@ fn bench() -> anyhow::Result<()> {
             let server = match which {
                 "rust" => rust_server(n, true)?,
                 "rust-echo" => rust_server(n, false)?,
-                _ => python_server(n + 16)?,
+                _ => python_server(n + 16, uvloop)?,
             };
             let pid = server.child.id();
             std::thread::sleep(Duration::from_millis(500));
-            let (rss0, cpu0) = (status_of(pid, "VmRSS"), cpu_of(pid));
+            let (rss0, (user0, sys0)) = (status_of(pid, "VmRSS"), cpu_of(pid));
             let mut result = rt.block_on(load(&server.ws, n, steps, think));
-            let cpu = cpu_of(pid) - cpu0;
+            let (user1, sys1) = cpu_of(pid);
+            let sys = sys1 - sys0;
+            let cpu = user1 - user0 + sys;
             let hwm = status_of(pid, "VmHWM");
             drop(server);
             let messages = n * (steps + 2);
@@ -489,12 +509,13 @@ fn bench() -> anyhow::Result<()> {
                 quantile(&mut result.finals, 0.99),
             );
             println!(
-                "{which:>9} {:>9} {:>8.2}% {:>16} {:>16} {:>13.3} {:>6.2} {:>8.0} {:>11.1} {:>13.0}",
+                "{which:>9} {:>9} {:>8.2}% {:>16} {:>16} {:>13.3} {:>9.3} {:>6.2} {:>8.0} {:>11.1} {:>13.0}",
                 result.sessions,
                 100.0 * result.ok as f64 / result.sessions as f64,
                 format!("{s50:.2} / {s99:.2}"),
                 format!("{f50:.1} / {f99:.1}"),
                 cpu.as_secs_f64() * 1e3 / messages as f64,
+                sys.as_secs_f64() * 1e3 / messages as f64,
                 cores,
                 hwm as f64 / 1024.0,
                 hwm.saturating_sub(rss0) as f64 / n as f64,
@@ -519,7 +540,8 @@ fn bench() -> anyhow::Result<()> {
     println!(
         "latency: client-side, send to reply, on the same machine (the client shares the cores);"
     );
-    println!("cpu/msg = the server process's user+system time / messages (reset, steps, final); cores = that time / wall;");
+    println!("cpu/msg = the server process's user+system time / messages (reset, steps, final), of it sys = the system part;");
+    println!("cores = that time / wall;");
     println!("peak MB = the server's VmHWM; KB/session = (VmHWM - RSS before the load) / sessions; sessions/core = sessions / cores");
     capacity.report();
     Ok(())
