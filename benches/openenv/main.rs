@@ -23,8 +23,12 @@
 //! Run: `cargo bench --bench openenv` (`-- --levels 256,1024,4096,8192 --steps 8 --think-ms 1000
 //! --capacity-p99-ms 100`,
 //! `-- --only rust` (both Rust rows), `rust-echo` or `python`). The first run makes `target/openenv-venv` (openenv-core
-//! 0.3.0 from PyPI, as the test suite does). `-- --uvloop` runs openenv-core's server with
+//! 0.3.0 from PyPI: the test suite's venv, from `tests/common`). `-- --uvloop` runs openenv-core's server with
 //! uvloop and httptools installed (`target/openenv-venv-uvloop`), uvicorn's fast paths.
+
+#[path = "../../tests/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -185,68 +189,12 @@ fn rust_server(max_sessions: usize, sandbox: bool) -> anyhow::Result<Server> {
     })
 }
 
-/// `target/openenv-venv/bin/python` with openenv-core 0.3.0 (made here when missing, with
-/// the test suite's install steps); with `uvloop`, `target/openenv-venv-uvloop` with uvloop
-/// and httptools besides (what `uvicorn[standard]` adds), which uvicorn then runs on.
-fn openenv_python(uvloop: bool) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let target = exe.ancestors().nth(3).expect("target dir").to_path_buf();
-    let venv = target.join(if uvloop {
-        "openenv-venv-uvloop"
-    } else {
-        "openenv-venv"
-    });
-    let python = venv.join("bin/python");
-    let probe = match uvloop {
-        false => "from openenv.core.env_server.http_server import create_app; import uvicorn",
-        true => "from openenv.core.env_server.http_server import create_app; import uvicorn, uvloop, httptools",
-    };
-    let ready = || {
-        Command::new(&python)
-            .args(["-c", probe])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !ready() {
-        println!("creating {} (openenv-core 0.3.0 from PyPI)", venv.display());
-        let run = |program: &std::path::Path, args: &[&str]| -> anyhow::Result<()> {
-            let out = Command::new(program).args(args).output()?;
-            anyhow::ensure!(
-                out.status.success(),
-                "`{} {}` failed (this bench needs Python 3 and PyPI):\n{}",
-                program.display(),
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Ok(())
-        };
-        run("python3".as_ref(), &["-m", "venv", venv.to_str().unwrap()])?;
-        let pip = venv.join("bin/pip");
-        run(
-            &pip,
-            &["install", "--quiet", "--no-deps", "openenv-core==0.3.0"],
-        )?;
-        let mut packages = vec![
-            "install",
-            "--quiet",
-            "fastapi",
-            "pydantic",
-            "uvicorn",
-            "requests",
-            "websockets>=15.0.1",
-            "httpx",
-            "fastmcp",
-        ];
-        if uvloop {
-            packages.extend(["uvloop", "httptools"]);
-        }
-        run(&pip, &packages)?;
-    }
-    Ok(python)
-}
-
 fn python_server(max_sessions: usize, uvloop: bool) -> anyhow::Result<Server> {
-    let python = openenv_python(uvloop)?;
+    // The test suite's venvs, made on first use.
+    let python = match uvloop {
+        false => common::openenv_python(),
+        true => common::openenv_uvloop_python(),
+    };
     let tmp = tempfile::tempdir()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?

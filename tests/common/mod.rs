@@ -275,30 +275,42 @@ pub fn llama_cpp_sdist() -> PathBuf {
     sdist
 }
 
-/// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
-/// lock, when `probe` does not run); panics with a message naming what is missing.
+/// openenv-core 0.3.0, installed without its optional-looking hard dependencies (gradio,
+/// openai, the CLI's typer): its server, clients and `validate_running_environment` need only
+/// the packages of the second step.
+const OPENENV_INSTALLS: [&[&str]; 2] = [
+    &["--no-deps", "openenv-core==0.3.0"],
+    &[
+        "fastapi",
+        "pydantic",
+        "uvicorn",
+        "requests",
+        "websockets>=15.0.1",
+        "httpx",
+        "fastmcp",
+    ],
+];
+
+/// What a venv with openenv-core imports.
+const OPENENV_PROBE: &str = "from openenv.core.mcp_client import MCPToolClient; \
+     from openenv.core.generic_client import GenericEnvClient; \
+     from openenv.core.env_server.http_server import create_app; \
+     from openenv.cli._validation import validate_running_environment";
+
 /// A Python with `openenv-core==0.3.0` (the OpenEnv wire's own server, clients and
-/// `openenv validate` checks) in `target/openenv-venv`. Installed without its optional-looking
-/// hard dependencies (gradio, openai, the CLI's typer): the clients and
-/// `validate_running_environment` need only the packages listed here.
+/// `openenv validate` checks) in `target/openenv-venv`.
 pub fn openenv_python() -> PathBuf {
+    python_venv_steps("openenv-venv", &OPENENV_INSTALLS, OPENENV_PROBE)
+}
+
+/// [`openenv_python`] with uvloop and httptools besides (what `uvicorn[standard]` adds, and
+/// uvicorn then runs on), in `target/openenv-venv-uvloop`.
+pub fn openenv_uvloop_python() -> PathBuf {
+    let [core, packages] = OPENENV_INSTALLS;
     python_venv_steps(
-        "openenv-venv",
-        &[
-            &["--no-deps", "openenv-core==0.3.0"],
-            &[
-                "fastapi",
-                "pydantic",
-                "uvicorn",
-                "requests",
-                "websockets>=15.0.1",
-                "httpx",
-                "fastmcp",
-            ],
-        ],
-        "from openenv.core.mcp_client import MCPToolClient; \
-         from openenv.core.generic_client import GenericEnvClient; \
-         from openenv.cli._validation import validate_running_environment",
+        "openenv-venv-uvloop",
+        &[core, packages, &["uvloop", "httptools"]],
+        &format!("{OPENENV_PROBE}; import uvloop, httptools"),
     )
 }
 
@@ -366,6 +378,8 @@ pub fn harbor_python() -> PathBuf {
     )
 }
 
+/// `target/<name>/bin/python` with `packages` installed from PyPI (created once, under a
+/// lock, when `probe` does not run); panics with a message naming what is missing.
 fn python_venv(name: &str, packages: &[&str], probe: &str) -> PathBuf {
     python_venv_steps(name, &[packages], probe)
 }
