@@ -94,12 +94,14 @@ async fn the_oracle_reports_a_broken_verifier_and_a_missing_reference() {
 
 #[tokio::test]
 async fn the_check_command_fails_on_a_broken_item() {
-    let matches = hermes_runtime::commands::definitions()
-        .into_iter()
-        .find(|c| c.get_name() == "check")
-        .expect("check is a utility subcommand")
-        .try_get_matches_from(["check", "--limit", "2", "--env.max_agent_turns", "3"])
-        .unwrap();
+    let matches = hermes_runtime::commands::definitions(
+        &<TinyOracle as hermes_env::EnvDefinition>::descriptor(),
+    )
+    .into_iter()
+    .find(|c| c.get_name() == "check")
+    .expect("check is a utility subcommand")
+    .try_get_matches_from(["check", "--limit", "2", "--env.max_agent_turns", "3"])
+    .unwrap();
     let err = hermes_runtime::commands::run::<TinyOracle>("check", &matches)
         .await
         .unwrap_err();

@@ -22,7 +22,7 @@ fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     match parse(
         "my-env",
         &desc,
-        &hermes_runtime::commands::definitions(),
+        &hermes_runtime::commands::definitions(&desc),
         argv,
     )? {
         Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
@@ -388,7 +388,7 @@ fn help_lists_every_flag_with_its_default() {
     let Ok(Invocation::Print(help)) = parse(
         "my-env",
         &desc,
-        &hermes_runtime::commands::definitions(),
+        &hermes_runtime::commands::definitions(&desc),
         ["my-env", "process", "--help"],
     ) else {
         panic!("--help must print help");
@@ -421,7 +421,7 @@ fn help_shows_the_servers_the_environment_declares() {
     let help_of = |desc: &EnvDescriptor| match parse(
         "my-env",
         desc,
-        &hermes_runtime::commands::definitions(),
+        &hermes_runtime::commands::definitions(desc),
         ["my-env", "process", "--help"],
     ) {
         Ok(Invocation::Print(help)) => help,
@@ -503,4 +503,78 @@ fn serve_testing_keeps_groups_whose_reference_answers_score_alike() {
     let real = run(&["serve"]).unwrap();
     assert!(real.env.ensure_scores_are_not_same);
     assert!(real.warnings.is_empty(), "{:?}", real.warnings);
+}
+
+/// The utilities that act on a run's configuration take its flags anywhere among their own:
+/// `openenv --env.terminal_backend docker --port 9000` as well as the other way round.
+#[test]
+fn a_utility_takes_the_runs_flags_in_any_order() {
+    use hermes_runtime::config::cli::{given_process_flags, resolve_flags};
+    let desc = descriptor();
+    let parse_utility = |args: &[&str]| {
+        let argv = std::iter::once("my-env").chain(args.iter().copied());
+        match parse(
+            "my-env",
+            &desc,
+            &hermes_runtime::commands::definitions(&desc),
+            argv,
+        ) {
+            Ok(Invocation::Utility(name, matches)) => (name, matches),
+            Ok(_) => panic!("{args:?}: expected a utility subcommand"),
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    };
+    let file = yaml("env:\n  group_size: 5\n  total_steps: 9\n");
+    let path = file.path().to_str().unwrap();
+    let (name, matches) = parse_utility(&[
+        "openenv",
+        "--env.total_steps",
+        "-1",
+        "--port",
+        "9000",
+        "--config",
+        path,
+        "--env.use_wandb",
+        "--max-sessions",
+        "5",
+        "--openai.model_name=m-1",
+        "--env.total_steps",
+        "4",
+    ]);
+    assert_eq!(name, "openenv");
+    assert_eq!(matches.get_one::<u16>("port"), Some(&9000));
+    assert_eq!(matches.get_one::<u64>("max-sessions"), Some(&5));
+    let cfg = resolve_flags(&desc, Mode::Process, given_process_flags(&desc, &matches)).unwrap();
+    assert_eq!(cfg.env.group_size, 5, "from the YAML");
+    assert_eq!(cfg.env.total_steps, 4, "the last of a repeated flag");
+    assert!(cfg.env.use_wandb, "a bare boolean flag");
+    assert_eq!(cfg.servers[0].model_name, "m-1");
+
+    // Nested: `sandbox reap` with its own flag after the run's.
+    let (_, matches) = parse_utility(&["sandbox", "reap", "--config", path, "--all"]);
+    let (_, reap) = matches.subcommand().expect("reap");
+    assert!(reap.get_flag("all"));
+    let cfg = resolve_flags(&desc, Mode::Process, given_process_flags(&desc, reap)).unwrap();
+    assert_eq!(cfg.env.total_steps, 9);
+
+    // A flag neither knows is refused by the utility, whose help it points to.
+    for args in [
+        &["openenv", "--port", "1", "--env.group_sise", "3"][..],
+        &["check", "--bogus"][..],
+    ] {
+        let argv = std::iter::once("my-env").chain(args.iter().copied());
+        let err = parse(
+            "my-env",
+            &desc,
+            &hermes_runtime::commands::definitions(&desc),
+            argv,
+        )
+        .expect_err("an unknown flag")
+        .to_string();
+        assert!(!err.contains('\n'), "{err:?}");
+        assert!(
+            err.ends_with(&format!("(see 'my-env {} --help')", args[0])),
+            "{err:?}"
+        );
+    }
 }

@@ -145,12 +145,13 @@ const MODULE_SHADOW: &str = "echo 0 > ~/answer.txt; printf 'def dumps(x, **k):\\
 
 #[tokio::test]
 async fn hack_names_the_exploit_that_games_a_naive_verifier() {
-    let matches = hermes_runtime::commands::definitions()
-        .into_iter()
-        .find(|c| c.get_name() == "hack")
-        .expect("hack is a utility subcommand")
-        .try_get_matches_from(["hack", "--only", "test-edit,reward-file-forge"])
-        .unwrap();
+    let matches =
+        hermes_runtime::commands::definitions(&<Naive as hermes_env::EnvDefinition>::descriptor())
+            .into_iter()
+            .find(|c| c.get_name() == "hack")
+            .expect("hack is a utility subcommand")
+            .try_get_matches_from(["hack", "--only", "test-edit,reward-file-forge"])
+            .unwrap();
     let err = hermes_runtime::commands::run::<Naive>("hack", &matches)
         .await
         .unwrap_err();
@@ -536,20 +537,21 @@ async fn the_hacker_model_plays_every_item_through_the_runs_server() {
     .await
     .unwrap();
     let url = server.base_url();
-    let matches = hermes_runtime::commands::definitions()
-        .into_iter()
-        .find(|c| c.get_name() == "hack")
-        .expect("hack is a utility subcommand")
-        .try_get_matches_from([
-            "hack",
-            "--only",
-            "reward-file-forge",
-            "--hacker-model",
-            "hacker-m",
-            "--openai.base_url",
-            url.as_str(),
-        ])
-        .unwrap();
+    let matches =
+        hermes_runtime::commands::definitions(&<Naive as hermes_env::EnvDefinition>::descriptor())
+            .into_iter()
+            .find(|c| c.get_name() == "hack")
+            .expect("hack is a utility subcommand")
+            .try_get_matches_from([
+                "hack",
+                "--only",
+                "reward-file-forge",
+                "--hacker-model",
+                "hacker-m",
+                "--openai.base_url",
+                url.as_str(),
+            ])
+            .unwrap();
     let err = hermes_runtime::commands::run::<Naive>("hack", &matches)
         .await
         .unwrap_err()

@@ -208,7 +208,7 @@ pub fn parse_invocation<E: EnvDefinition>(
     args: Vec<OsString>,
 ) -> Result<Option<Resolved>, crate::config::ConfigError> {
     let desc = E::descriptor();
-    match parse(bin, &desc, &crate::commands::definitions(), args)? {
+    match parse(bin, &desc, &crate::commands::definitions(&desc), args)? {
         Invocation::Print(text) => {
             print!("{text}");
             Ok(None)

@@ -52,7 +52,6 @@ pub fn command() -> Command {
                 .value_parser(clap::value_parser!(std::path::PathBuf))
                 .help("Also write the report (every item) as JSON to FILE"),
         )
-        .arg(super::process_flags_arg())
 }
 
 /// Runs `check` for environment `E`.
@@ -64,7 +63,7 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
             .get_one::<usize>("concurrency")
             .expect("has a default"),
     };
-    let flags = super::process_flags(matches);
+    let flags = super::process_flags::<E>(matches);
     let mut kit = Kit::<E>::builder().args(flags).start().await?;
     let report = kit.check(&options).await;
     if let Some(path) = matches.get_one::<std::path::PathBuf>("json") {

@@ -5,6 +5,7 @@
 //! when any exploit earns more than `--max-score`. Other arguments are the `process` flags.
 
 use crate::diagnostics::printable_keeping;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -77,13 +78,12 @@ pub fn command() -> Command {
                 .value_name("MODEL")
                 .help("Also let this model (on the run's --openai.base_url server) try to pass without solving"),
         )
-        .arg(super::process_flags_arg())
 }
 
 /// Runs `hack` for environment `E`.
 pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
     let options = options(matches)?;
-    let flags = super::process_flags(matches);
+    let flags = super::process_flags::<E>(matches);
     let started = Instant::now();
     let book = ReferenceBook::default();
     let mut kit = Kit::<E>::builder()
@@ -93,7 +93,13 @@ pub async fn run<E: Environment>(matches: &ArgMatches) -> anyhow::Result<()> {
         .await?;
     let mut report = kit.hack(&book, &options).await;
     if let Some(model) = matches.get_one::<String>("hacker-model") {
-        let hacker = hacker_run::<E>(&flags, model, &options).await?;
+        let url = matches
+            .get_one::<serde_json::Value>("openai.base_url")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| {
+                anyhow::anyhow!("--hacker-model needs the run's server: pass --openai.base_url URL")
+            })?;
+        let hacker = hacker_run::<E>(&flags, url, model, &options).await?;
         report.rows.extend(hacker.rows);
     }
     print!("{}", printable_keeping(&report.table(), &['\n']));
@@ -164,32 +170,19 @@ fn options(matches: &ArgMatches) -> anyhow::Result<HackOptions> {
 
 /// Every item played once by `model` on the run's own server, told to game the verifier.
 async fn hacker_run<E: Environment>(
-    flags: &[String],
+    flags: &[OsString],
+    url: &str,
     model: &str,
     options: &HackOptions,
 ) -> anyhow::Result<HackReport> {
-    let url = flag_value(flags, "--openai.base_url").ok_or_else(|| {
-        anyhow::anyhow!("--hacker-model needs the run's server: pass --openai.base_url URL")
-    })?;
     let mut kit = Kit::<E>::builder()
         .args(flags.iter().cloned())
         .arg("--openai.model_name", model)
         .arg("--env.system_prompt", HACKER_PROMPT)
-        .upstream(&url)
+        .upstream(url)
         .start()
         .await?;
     Ok(kit.hack_as(&format!("llm-hacker ({model})"), options).await)
-}
-
-/// The value of `--name VALUE` or `--name=VALUE` in `flags`.
-fn flag_value(flags: &[String], name: &str) -> Option<String> {
-    flags.iter().enumerate().find_map(|(i, f)| {
-        if f == name {
-            flags.get(i + 1).cloned()
-        } else {
-            f.strip_prefix(name)?.strip_prefix('=').map(str::to_owned)
-        }
-    })
 }
 
 fn summarize(report: &HackReport, seconds: f64) {

@@ -11,20 +11,28 @@ mod sandbox;
 mod view;
 mod wandb;
 
-use clap::{Arg, ArgAction, ArgMatches, Command};
+use std::ffi::OsString;
 
-use crate::env::Environment;
+use clap::{ArgMatches, Command};
+
+use crate::config::cli::{given_process_flags, with_process_flags};
+use crate::config::EnvDescriptor;
+use crate::env::{EnvDefinition, Environment};
 use crate::shutdown::Shutdown;
 
-/// The clap definitions of every utility subcommand.
-pub fn definitions() -> Vec<Command> {
+/// The clap definitions of every utility subcommand of environment `desc`; those that act on
+/// a run's configuration take the `process` mode's flags among their own.
+pub fn definitions(desc: &EnvDescriptor) -> Vec<Command> {
+    let run_flags = |cmd| with_process_flags(cmd, desc);
     vec![
-        check::command(),
-        hack::command(),
-        mcp::command(),
-        openenv::command(),
+        run_flags(check::command()),
+        run_flags(hack::command()),
+        run_flags(mcp::command()),
+        run_flags(openenv::command()),
         parsers::command(),
-        sandbox::command(),
+        sandbox::command()
+            .mut_subcommand("list", run_flags)
+            .mut_subcommand("reap", run_flags),
         view::command(),
         wandb::command(),
     ]
@@ -62,25 +70,9 @@ pub async fn run<E: Environment>(name: &str, matches: &ArgMatches) -> anyhow::Re
     }
 }
 
-/// The trailing `process`-mode flags that `check` and `hack` run their kit with.
-fn process_flags_arg() -> Arg {
-    Arg::new("flags")
-        .value_name("PROCESS FLAGS")
-        .num_args(0..)
-        .trailing_var_arg(true)
-        .allow_hyphen_values(true)
-        .action(ArgAction::Append)
-        .help("Flags of the process mode, e.g. --env.terminal_backend docker")
-}
-
-/// The values of [`process_flags_arg`].
-fn process_flags(matches: &ArgMatches) -> Vec<String> {
-    matches
-        .get_many::<String>("flags")
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect()
+/// The `process` mode's flags a subcommand was given (see [`definitions`]).
+fn process_flags<E: EnvDefinition>(matches: &ArgMatches) -> Vec<OsString> {
+    given_process_flags(&E::descriptor(), matches)
 }
 
 /// Writes `value` as pretty JSON to `path` (parents created): a command's `--json FILE`.

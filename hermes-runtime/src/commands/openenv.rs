@@ -70,7 +70,6 @@ pub(super) fn serving_args(command: Command, sessions: &'static str) -> Command 
             "3600",
             "A session is closed after this long however busy (checked between messages)".into(),
         ))
-        .arg(super::process_flags_arg())
 }
 
 /// The configuration of environment `E` and the serving options [`serving_args`] gave.
@@ -81,7 +80,7 @@ pub(super) fn serving_options<E: Environment>(
         |name: &str| Duration::from_secs(*matches.get_one::<u64>(name).expect("has a default"));
     let host = *matches.get_one::<IpAddr>("host").expect("has a default");
     let port = *matches.get_one::<u16>("port").expect("has a default");
-    let flags = super::process_flags(matches);
+    let flags = super::process_flags::<E>(matches);
     let cfg = crate::config::cli::resolve_flags(&E::descriptor(), Mode::Process, flags)?;
     for w in &cfg.warnings {
         tracing::warn!("{w}");

@@ -30,8 +30,7 @@ pub fn command() -> Command {
         )
         .subcommand(
             Command::new("list")
-                .about("Show every labelled container: task, owning run and whether it is alive, state, age, deadline")
-                .arg(super::process_flags_arg()),
+                .about("Show every labelled container: task, owning run and whether it is alive, state, age, deadline"),
         )
         .subcommand(
             Command::new("reap")
@@ -41,8 +40,7 @@ pub fn command() -> Command {
                         .long("all")
                         .action(ArgAction::SetTrue)
                         .help("Remove every labelled container, also those of running processes"),
-                )
-                .arg(super::process_flags_arg()),
+                ),
         )
         .subcommand(
             Command::new("watch")
@@ -70,7 +68,7 @@ pub async fn run<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The daemons to act on: `--docker-host` addresses, else those of the run the trailing flags
+/// The daemons to act on: `--docker-host` addresses, else those of the run its flags
 /// describe (`--env.docker_hosts`, else `--env.docker_host`), else `DOCKER_HOST` or the local
 /// socket (`None`).
 fn hosts<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<Vec<Option<String>>> {
@@ -82,7 +80,7 @@ fn hosts<E: EnvDefinition>(matches: &ArgMatches) -> anyhow::Result<Vec<Option<St
         .collect();
     // `list` and `reap` take the run's flags; the hidden `watch` has none.
     let flags = match matches.subcommand() {
-        Some(("list" | "reap", sub)) => super::process_flags(sub),
+        Some(("list" | "reap", sub)) => super::process_flags::<E>(sub),
         _ => Vec::new(),
     };
     if flags.is_empty() {

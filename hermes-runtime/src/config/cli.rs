@@ -160,8 +160,43 @@ fn collect(m: &ArgMatches, prefix: &str, fields: &[FieldSpec]) -> Map<String, Va
     out
 }
 
+/// `cmd` with the `process` mode's flags (`--config`, `--env.*`, `--openai.*` and the run's
+/// own): a utility that acts on a run's configuration takes them anywhere among its own
+/// flags, and its help lists them. [`given_process_flags`] reads them back.
+pub fn with_process_flags(cmd: Command, desc: &EnvDescriptor) -> Command {
+    process_mode(desc)
+        .get_arguments()
+        .fold(cmd.args_override_self(true), |cmd, arg| {
+            cmd.arg(arg.clone())
+        })
+}
+
+/// The `process` mode's flags a utility built by [`with_process_flags`] was given, as
+/// arguments for [`resolve_flags`] (each `--name=value`, as typed).
+pub fn given_process_flags(desc: &EnvDescriptor, matches: &ArgMatches) -> Vec<OsString> {
+    let mut given = Vec::new();
+    for arg in process_mode(desc).get_arguments() {
+        let (id, Some(long)) = (arg.get_id().as_str(), arg.get_long()) else {
+            continue;
+        };
+        if matches.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        for raw in matches.get_raw(id).into_iter().flatten() {
+            let mut flag = OsString::from(format!("--{long}="));
+            flag.push(raw);
+            given.push(flag);
+        }
+    }
+    given
+}
+
+fn process_mode(desc: &EnvDescriptor) -> Command {
+    mode_command(desc, Mode::Process, "")
+}
+
 /// Turns a clap error into one line: the error plus clap's suggestion, if any.
-fn one_line_error(err: &clap::Error, bin: &str, mode: Option<&str>) -> String {
+fn one_line_error(err: &clap::Error, bin: &str, subcommand: Option<&str>) -> String {
     let rendered = err.render().to_string();
     let mut parts: Vec<String> = rendered
         .lines()
@@ -178,8 +213,8 @@ fn one_line_error(err: &clap::Error, bin: &str, mode: Option<&str>) -> String {
                 .to_owned(),
         );
     }
-    let help = match mode {
-        Some(m) => format!("{bin} {m} --help"),
+    let help = match subcommand {
+        Some(name) => format!("{bin} {name} --help"),
         None => format!("{bin} --help"),
     };
     format!("{} (see '{help}')", parts.join("; "))
@@ -197,11 +232,15 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let mode_hint = args
+    // The subcommand whose help a parse error points to.
+    let named = args
         .iter()
         .skip(1)
         .filter_map(|a| a.to_str())
-        .find(|a| MODES.iter().any(|(m, _)| m.as_str() == *a))
+        .find(|a| {
+            MODES.iter().any(|(m, _)| m.as_str() == *a)
+                || utilities.iter().any(|u| u.get_name() == *a)
+        })
         .map(str::to_owned);
     let matches = match command(bin, desc, utilities).try_get_matches_from(args) {
         Ok(m) => m,
@@ -215,7 +254,7 @@ where
                 _ => Err(ConfigError::Usage(one_line_error(
                     &e,
                     bin,
-                    mode_hint.as_deref(),
+                    named.as_deref(),
                 ))),
             }
         }

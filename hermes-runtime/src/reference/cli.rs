@@ -20,7 +20,7 @@ pub fn page() -> String {
          subcommands; `<env> <subcommand> --help` prints the same, with an environment's own \
          `--env.*` flags.",
     );
-    for sub in command(BIN, &desc, &crate::commands::definitions()).get_subcommands() {
+    for sub in command(BIN, &desc, &crate::commands::definitions(&desc)).get_subcommands() {
         subcommand(&mut out, BIN, sub);
     }
     out
