@@ -387,6 +387,110 @@ fn killing_the_client_mid_episode_leaves_no_sandbox() {
     );
 }
 
+/// A client that opens an episode, runs one command in its sandbox, says `READY`, then sends
+/// steps without ever reading their replies until the server stops taking them (plain
+/// sockets: a WebSocket library would read in the background).
+const NEVER_READS: &str = r#"
+import base64, json, os, socket, struct, sys, time
+host, port = URL.removeprefix("http://").split(":")
+s = socket.create_connection((host, int(port)))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+head = b""
+while not head.endswith(b"\r\n\r\n"):
+    head += s.recv(1)
+assert b" 101 " in head.split(b"\r\n")[0], head
+def exactly(n):
+    data = b""
+    while len(data) < n:
+        data += s.recv(n - len(data))
+    return data
+def send(message):
+    data = json.dumps(message).encode()
+    mask = os.urandom(4)
+    n = len(data)
+    size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n)
+    return bytes([0x81]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+def reply():
+    first, second = exactly(2)
+    n = second & 0x7F
+    if n == 126:
+        n = struct.unpack(">H", exactly(2))[0]
+    elif n == 127:
+        n = struct.unpack(">Q", exactly(8))[0]
+    return json.loads(exactly(n))
+s.sendall(send({"type": "reset", "data": {}}))
+assert reply()["type"] == "observation"
+s.sendall(send({"type": "step", "data": {"type": "call_tool", "tool_name": "terminal", "arguments": {"command": "echo hi > ~/x"}}}))
+assert reply()["type"] == "observation"
+print("READY", flush=True)
+s.setblocking(False)
+step = send({"type": "step", "data": {"type": "list_tools"}})
+stuck_since = None
+while stuck_since is None or time.time() - stuck_since < 1:
+    try:
+        s.send(step)
+        stuck_since = None
+    except BlockingIOError:
+        stuck_since = stuck_since or time.time()
+        time.sleep(0.01)
+print("STUCK", flush=True)
+time.sleep(3600)
+"#;
+
+/// A client that stops reading its replies is closed at `--idle-timeout`, however long its
+/// lifetime, and its sandbox removed: the server does not wait on it forever.
+#[test]
+fn a_client_that_stops_reading_is_closed_and_its_sandbox_removed() {
+    let server = Server::start(&["--idle-timeout", "2", "--session-lifetime", "3600"]);
+    let mut client = KilledOnDrop(
+        Command::new(common::openenv_python())
+            .args(["-c", &format!("URL = {:?}\n{NEVER_READS}", server.url)])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python"),
+    );
+    let mut lines = BufReader::new(client.0.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY");
+    assert_eq!(
+        server.scratch_dirs().len(),
+        1,
+        "the episode's sandbox exists while it runs"
+    );
+    assert_eq!(lines.next().unwrap().unwrap(), "STUCK");
+    // The client is alive and connected; only the server's timeout can end the session.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.scratch_dirs().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(server.log.path()).unwrap_or_default();
+    assert!(
+        server.scratch_dirs().is_empty(),
+        "sandbox held by a client that does not read: {:?}\n{log}",
+        server.scratch_dirs()
+    );
+    assert!(
+        client.0.try_wait().expect("try_wait").is_none(),
+        "the client must still be running"
+    );
+    assert!(
+        log.contains("openenv: a client read no reply for")
+            && log.contains("its sandbox removed (--idle-timeout 2, --session-lifetime 3600)"),
+        "{log}"
+    );
+}
+
+/// A child process killed when the test ends, passed or not.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_sandbox_failure_while_verifying_is_an_error_not_a_reward() {
     // Unconfined, the model can remove its own scratch directory (confined it cannot: the

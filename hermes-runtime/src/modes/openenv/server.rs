@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::episode::{tool_specs, Episode, Pick, ToolStep};
@@ -318,12 +319,22 @@ async fn session<E: Environment>(s: Arc<Server<E>>, mut socket: WebSocket) {
             },
         };
         if let Some(reply) = reply {
-            if socket
-                .send(WsMessage::Text(scrubbed(&reply).into()))
-                .await
-                .is_err()
-            {
-                break Stop::Client;
+            // A client that stops reading would hold its sandbox past both limits.
+            let began = Instant::now();
+            let deadline = (began + s.limits.idle_timeout).min(lifetime.deadline());
+            let reply = WsMessage::Text(scrubbed(&reply).into());
+            match tokio::time::timeout_at(deadline, socket.send(reply)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break Stop::Client,
+                Err(_) => {
+                    warn!(
+                        "openenv: a client read no reply for {} s; its session is closed and its sandbox removed (--idle-timeout {}, --session-lifetime {})",
+                        began.elapsed().as_secs(),
+                        s.limits.idle_timeout.as_secs(),
+                        s.limits.lifetime.as_secs()
+                    );
+                    break Stop::Client;
+                }
             }
         }
     };
@@ -331,10 +342,17 @@ async fn session<E: Environment>(s: Arc<Server<E>>, mut socket: WebSocket) {
         episode.close().await;
     }
     if let Stop::Server(why) = stop {
-        let _ = socket.send(WsMessage::Text(scrubbed(&why).into())).await;
-        let _ = socket.send(WsMessage::Close(None)).await;
+        let farewell = async {
+            socket.send(WsMessage::Text(scrubbed(&why).into())).await?;
+            socket.send(WsMessage::Close(None)).await
+        };
+        let _ = tokio::time::timeout(FAREWELL_WAIT, farewell).await;
     }
 }
+
+/// How long a session's last words (why the server ended it, then the close) may wait for a
+/// client that does not read.
+const FAREWELL_WAIT: Duration = Duration::from_secs(5);
 
 enum Handled {
     Reply(Value),
