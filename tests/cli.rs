@@ -558,9 +558,13 @@ fn a_utility_takes_the_runs_flags_in_any_order() {
     assert_eq!(cfg.env.total_steps, 9);
 
     // A flag neither knows is refused by the utility, whose help it points to.
-    for args in [
-        &["openenv", "--port", "1", "--env.group_sise", "3"][..],
-        &["check", "--bogus"][..],
+    for (args, help) in [
+        (
+            &["openenv", "--port", "1", "--env.group_sise", "3"][..],
+            "openenv",
+        ),
+        (&["check", "--bogus"][..], "check"),
+        (&["sandbox", "reap", "--all", "--bogus"][..], "sandbox reap"),
     ] {
         let argv = std::iter::once("my-env").chain(args.iter().copied());
         let err = parse(
@@ -573,7 +577,7 @@ fn a_utility_takes_the_runs_flags_in_any_order() {
         .to_string();
         assert!(!err.contains('\n'), "{err:?}");
         assert!(
-            err.ends_with(&format!("(see 'my-env {} --help')", args[0])),
+            err.ends_with(&format!("(see 'my-env {help} --help')")),
             "{err:?}"
         );
     }

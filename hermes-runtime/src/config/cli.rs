@@ -220,6 +220,19 @@ fn one_line_error(err: &clap::Error, bin: &str, subcommand: Option<&str>) -> Str
     format!("{} (see '{help}')", parts.join("; "))
 }
 
+/// The (nested) subcommand `args` name, e.g. `sandbox reap`: whose help a parse error points to.
+fn subcommand_named(top: &Command, args: &[OsString]) -> Option<String> {
+    let mut path: Vec<&str> = Vec::new();
+    let mut cmd = top;
+    for arg in args.iter().skip(1).filter_map(|a| a.to_str()) {
+        if let Some(sub) = cmd.find_subcommand(arg) {
+            path.push(sub.get_name());
+            cmd = sub;
+        }
+    }
+    (!path.is_empty()).then(|| path.join(" "))
+}
+
 /// Parses `args` (including the program name) against the modes and `utilities`.
 pub fn parse<I, T>(
     bin: &str,
@@ -232,17 +245,9 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    // The subcommand whose help a parse error points to.
-    let named = args
-        .iter()
-        .skip(1)
-        .filter_map(|a| a.to_str())
-        .find(|a| {
-            MODES.iter().any(|(m, _)| m.as_str() == *a)
-                || utilities.iter().any(|u| u.get_name() == *a)
-        })
-        .map(str::to_owned);
-    let matches = match command(bin, desc, utilities).try_get_matches_from(args) {
+    let cmd = command(bin, desc, utilities);
+    let named = subcommand_named(&cmd, &args);
+    let matches = match cmd.try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => {
             return match e.kind() {
