@@ -16,15 +16,20 @@ fn descriptor() -> EnvDescriptor {
     EnvDescriptor::new::<NoConfig>("my-env", "A test environment.", defaults)
 }
 
+/// `my-env ARGS` parsed.
+fn parse_args(desc: &EnvDescriptor, args: &[&str]) -> Result<Invocation, ConfigError> {
+    let argv = std::iter::once("my-env").chain(args.iter().copied());
+    parse(
+        "my-env",
+        desc,
+        &hermes_runtime::commands::definitions(desc),
+        argv,
+    )
+}
+
 fn run(args: &[&str]) -> Result<ResolvedConfig, ConfigError> {
     let desc = descriptor();
-    let argv = std::iter::once("my-env").chain(args.iter().copied());
-    match parse(
-        "my-env",
-        &desc,
-        &hermes_runtime::commands::definitions(&desc),
-        argv,
-    )? {
+    match parse_args(&desc, args)? {
         Invocation::Run(mode, flags) => resolve(&desc, mode, *flags),
         Invocation::Print(text) => panic!("unexpected help output: {text}"),
         Invocation::Utility(name, _) => panic!("unexpected utility subcommand {name}"),
@@ -506,23 +511,15 @@ fn serve_testing_keeps_groups_whose_reference_answers_score_alike() {
 }
 
 /// The utilities that act on a run's configuration take its flags anywhere among their own:
-/// `openenv --env.terminal_backend docker --port 9000` as well as the other way round.
+/// `openenv --env.group_size 3 --port 9000` as well as the other way round.
 #[test]
 fn a_utility_takes_the_runs_flags_in_any_order() {
     use hermes_runtime::config::cli::{given_process_flags, resolve_flags};
     let desc = descriptor();
-    let parse_utility = |args: &[&str]| {
-        let argv = std::iter::once("my-env").chain(args.iter().copied());
-        match parse(
-            "my-env",
-            &desc,
-            &hermes_runtime::commands::definitions(&desc),
-            argv,
-        ) {
-            Ok(Invocation::Utility(name, matches)) => (name, matches),
-            Ok(_) => panic!("{args:?}: expected a utility subcommand"),
-            Err(e) => panic!("{args:?}: {e}"),
-        }
+    let parse_utility = |args: &[&str]| match parse_args(&desc, args) {
+        Ok(Invocation::Utility(name, matches)) => (name, matches),
+        Ok(_) => panic!("{args:?}: expected a utility subcommand"),
+        Err(e) => panic!("{args:?}: {e}"),
     };
     let file = yaml("env:\n  group_size: 5\n  total_steps: 9\n");
     let path = file.path().to_str().unwrap();
@@ -566,15 +563,9 @@ fn a_utility_takes_the_runs_flags_in_any_order() {
         (&["check", "--bogus"][..], "check"),
         (&["sandbox", "reap", "--all", "--bogus"][..], "sandbox reap"),
     ] {
-        let argv = std::iter::once("my-env").chain(args.iter().copied());
-        let err = parse(
-            "my-env",
-            &desc,
-            &hermes_runtime::commands::definitions(&desc),
-            argv,
-        )
-        .expect_err("an unknown flag")
-        .to_string();
+        let err = parse_args(&desc, args)
+            .expect_err("an unknown flag")
+            .to_string();
         assert!(!err.contains('\n'), "{err:?}");
         assert!(
             err.ends_with(&format!("(see 'my-env {help} --help')")),
